@@ -1,0 +1,1 @@
+//! Devices (CPU and CUDA), device buffers and typed op launchers.

@@ -1,0 +1,1 @@
+//! Building blocks shared by architectures: Linear, attention, MLP, norms, KV cache.

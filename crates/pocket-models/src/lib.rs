@@ -1,0 +1,1 @@
+//! Engine, model registry, tokenizers, chat templates, sampling and the model store.

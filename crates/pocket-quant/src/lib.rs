@@ -1,0 +1,1 @@
+//! Block quantization formats: codecs, reference dequantizers and CPU dot products.
