@@ -1,0 +1,203 @@
+//! GEMV / small-batch GEMM over quantized weights: `y[n, rows] = x[n, cols] · Wᵀ`.
+
+use crate::act::{quantize_act_q8, quantize_act_q8k, BlockQ8, BlockQ8K};
+use crate::codec::QuantMatrix;
+use crate::dot::{scalar, Kernel};
+use crate::error::{QuantError, Result};
+use crate::format::ActFormat;
+use rayon::prelude::*;
+
+/// Which instruction-set path the dot kernels use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    /// Portable scalar reference kernels.
+    Scalar,
+    /// AVX2 + FMA + F16C kernels (x86-64).
+    Avx2,
+}
+
+/// The best level this CPU supports (detected at run time).
+pub fn simd_level() -> SimdLevel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::simd::avx2_available() {
+            return SimdLevel::Avx2;
+        }
+    }
+    SimdLevel::Scalar
+}
+
+/// The kernel for `format` at `level`, falling back to the scalar reference, or `None` for formats
+/// whose dot dequantizes the weight row first.
+fn kernel(w: &QuantMatrix, level: SimdLevel) -> Option<Kernel> {
+    if level >= SimdLevel::Avx2 {
+        if let Some(k) = crate::simd::avx2_kernel(w.format) {
+            return Some(k);
+        }
+    }
+    w.format.spec().dot
+}
+
+enum Act<'a> {
+    F32(&'a [f32]),
+    Q8(Vec<BlockQ8>),
+    Q8K(Vec<BlockQ8K>),
+}
+
+/// `y[n, rows] = x[n, cols] · Wᵀ` for `n` activation rows (n = 1 is decode GEMV, n > 1 small-batch
+/// GEMM). Quantizes `x` to the format's paired activation format once per call and splits the
+/// weight rows over the rayon pool.
+pub fn matmul(w: &QuantMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    matmul_with(w, x, n, y, simd_level(), true)
+}
+
+/// [`matmul`] on the calling thread only (for callers that parallelise themselves, and for
+/// single-thread measurements).
+pub fn matmul_serial(w: &QuantMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    matmul_with(w, x, n, y, simd_level(), false)
+}
+
+/// [`matmul`] with an explicit kernel level (clamped to what the CPU supports) and threading
+/// choice; used by tests to compare SIMD paths with the scalar reference.
+pub fn matmul_with(
+    w: &QuantMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    level: SimdLevel,
+    parallel: bool,
+) -> Result<()> {
+    let rb = w.validate()?;
+    let (rows, cols) = (w.rows, w.cols);
+    if n == 0 {
+        return Err(QuantError::BadShape("n = 0 activation rows".into()));
+    }
+    let nx = n
+        .checked_mul(cols)
+        .ok_or_else(|| QuantError::BadShape("n * cols overflows".into()))?;
+    if x.len() != nx {
+        return Err(QuantError::LengthMismatch {
+            what: "activations",
+            expected: nx,
+            got: x.len(),
+        });
+    }
+    let ny = n
+        .checked_mul(rows)
+        .ok_or_else(|| QuantError::BadShape("n * rows overflows".into()))?;
+    if y.len() != ny {
+        return Err(QuantError::LengthMismatch {
+            what: "output",
+            expected: ny,
+            got: y.len(),
+        });
+    }
+    let level = level.min(simd_level());
+    let spec = w.format.spec();
+    let act_block = match spec.act {
+        ActFormat::F32 => 1,
+        ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
+        ActFormat::Q8_K => 256,
+    };
+    if cols % act_block != 0 {
+        return Err(QuantError::NotBlockMultiple {
+            format: format!("{} activations", spec.name),
+            elements: cols,
+            block_size: act_block,
+        });
+    }
+    let act = match spec.act {
+        ActFormat::F32 => Act::F32(x),
+        ActFormat::Q8_0 | ActFormat::Q8_1 => {
+            let mut v = Vec::with_capacity(nx / 32);
+            quantize_act_q8(x, &mut v);
+            Act::Q8(v)
+        }
+        ActFormat::Q8_K => {
+            let mut v = Vec::with_capacity(nx / 256);
+            quantize_act_q8k(x, &mut v);
+            Act::Q8K(v)
+        }
+    };
+    let k = kernel(w, level);
+    let ts = w.tensor_scale.unwrap_or(1.0);
+    let dq = spec.dequant;
+    let (bs, bb) = (spec.block_size, spec.block_bytes);
+    let row = |r: usize, out: &mut [f32], tmp: &mut Vec<f32>| {
+        let (wd, ws) = w.row_parts(r, rb);
+        for (j, o) in out.iter_mut().enumerate() {
+            let v = match (&act, k) {
+                (Act::F32(x), Some(Kernel::F32(f))) => f(wd, ws, &x[j * cols..(j + 1) * cols]),
+                (Act::Q8(a), Some(Kernel::Q8(f))) => {
+                    f(wd, ws, &a[j * cols / 32..(j + 1) * cols / 32])
+                }
+                (Act::Q8K(a), Some(Kernel::Q8K(f))) => {
+                    f(wd, ws, &a[j * cols / 256..(j + 1) * cols / 256])
+                }
+                (act, _) => {
+                    let Some(dq) = dq else { return };
+                    if tmp.len() < bs.max(1024) {
+                        tmp.resize(bs.max(1024), 0.0);
+                    }
+                    match act {
+                        Act::F32(x) => scalar::dot_dequant_f32(
+                            dq,
+                            bs,
+                            bb,
+                            wd,
+                            &x[j * cols..(j + 1) * cols],
+                            tmp,
+                        ),
+                        Act::Q8(a) => scalar::dot_dequant_q8(
+                            dq,
+                            bs,
+                            bb,
+                            wd,
+                            &a[j * cols / 32..(j + 1) * cols / 32],
+                            tmp,
+                        ),
+                        Act::Q8K(a) => scalar::dot_dequant_q8k(
+                            dq,
+                            bb,
+                            wd,
+                            &a[j * cols / 256..(j + 1) * cols / 256],
+                            tmp,
+                        ),
+                    }
+                }
+            };
+            *o = v * ts;
+        }
+    };
+    let mut yt_store = Vec::new();
+    let yt: &mut [f32] = if n == 1 {
+        &mut *y
+    } else {
+        yt_store = vec![0.0f32; ny];
+        &mut yt_store
+    };
+    if parallel && rows > 1 {
+        let threads = rayon::current_num_threads().max(1);
+        let per = (rows / (threads * 8)).clamp(4, 256);
+        yt.par_chunks_mut(per * n)
+            .enumerate()
+            .for_each_init(Vec::new, |tmp, (ci, chunk)| {
+                for (i, out) in chunk.chunks_mut(n).enumerate() {
+                    row(ci * per + i, out, tmp);
+                }
+            });
+    } else {
+        let mut tmp = Vec::new();
+        for (r, out) in yt.chunks_mut(n).enumerate() {
+            row(r, out, &mut tmp);
+        }
+    }
+    if n > 1 {
+        for r in 0..rows {
+            for j in 0..n {
+                y[j * rows + r] = yt_store[r * n + j];
+            }
+        }
+    }
+    Ok(())
+}
