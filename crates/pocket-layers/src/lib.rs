@@ -1,1 +1,25 @@
-//! Building blocks shared by architectures: Linear, attention, MLP, norms, KV cache.
+//! Building blocks shared by architectures: Linear, attention, MLP, norms, paged KV cache, and
+//! the [`Model`] trait every architecture implements.
+//!
+//! Every block takes its inputs and a preallocated output on one [`pocket_kernels::Device`] and
+//! reaches the hardware only through the `Backend` op contract, so a model written once against
+//! these blocks runs on every device and weight format.
+
+pub mod attention;
+pub mod batch;
+pub mod error;
+pub mod kv_cache;
+pub mod linear;
+pub mod mlp;
+pub mod model;
+pub mod norm;
+pub mod scratch;
+
+pub use attention::{Attention, AttentionScratch};
+pub use batch::{BatchPlan, BatchTensors, SeqId};
+pub use error::{LayerError, Result};
+pub use kv_cache::{KvCache, KvCacheConfig};
+pub use linear::Linear;
+pub use mlp::{Mlp, MlpScratch};
+pub use model::{Model, ModelInfo};
+pub use norm::RmsNorm;

@@ -1,5 +1,20 @@
 //! The CPU backend: ops over host tensors, matmul through pocket-quant, parallel over rayon.
 
+mod attention;
+mod elementwise;
+mod host;
+mod matmul;
+
+use pocket_quant::QuantFormat;
+
+use crate::error::shape_err;
+use crate::rope::DeviceRope;
+use crate::tensor::{HostData, Storage};
+use crate::{
+    AttentionMeta, AttentionParams, Backend, DType, HostBytes, Result, Tensor, Weight,
+    WeightStorage,
+};
+
 /// The CPU backend.
 pub struct CpuBackend {}
 
@@ -13,5 +28,222 @@ impl CpuBackend {
 impl Default for CpuBackend {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Checks that `data` fits a tensor's capacity and returns the element count of `shape`.
+fn fits(op: &'static str, dst: &Tensor, len: usize, shape: &[usize]) -> Result<()> {
+    let n: usize = shape.iter().product();
+    if n != len {
+        return Err(shape_err(op, format!("{len} values for shape {shape:?}")));
+    }
+    if n > dst.capacity() {
+        return Err(shape_err(
+            op,
+            format!(
+                "shape {shape:?} exceeds the tensor's capacity {}",
+                dst.capacity()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| shape_err("alloc", format!("shape {shape:?} overflows")))?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            storage: Storage::Host(host::zeros(dtype, n)),
+        })
+    }
+
+    fn upload_f32(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(shape_err(
+                "upload_f32",
+                format!("{} values for {shape:?}", data.len()),
+            ));
+        }
+        Ok(Tensor::host_f32(data.to_vec(), shape))
+    }
+
+    fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(shape_err(
+                "upload_u32",
+                format!("{} values for {shape:?}", data.len()),
+            ));
+        }
+        Ok(Tensor::host_u32(data.to_vec(), shape))
+    }
+
+    fn write_u32(&self, dst: &mut Tensor, data: &[u32], shape: &[usize]) -> Result<()> {
+        const OP: &str = "write_u32";
+        fits(OP, dst, data.len(), shape)?;
+        match &mut dst.storage {
+            Storage::Host(HostData::U32(v)) => v[..data.len()].copy_from_slice(data),
+            #[allow(unreachable_patterns)]
+            _ => return Err(shape_err(OP, "destination must be a host u32 tensor")),
+        }
+        dst.shape = shape.to_vec();
+        Ok(())
+    }
+
+    fn write_f32(&self, dst: &mut Tensor, data: &[f32], shape: &[usize]) -> Result<()> {
+        const OP: &str = "write_f32";
+        fits(OP, dst, data.len(), shape)?;
+        match &mut dst.storage {
+            Storage::Host(HostData::F32(v)) => v[..data.len()].copy_from_slice(data),
+            #[allow(unreachable_patterns)]
+            _ => return Err(shape_err(OP, "destination must be a host f32 tensor")),
+        }
+        dst.shape = shape.to_vec();
+        Ok(())
+    }
+
+    fn read_f32(&self, src: &Tensor) -> Result<Vec<f32>> {
+        const OP: &str = "read_f32";
+        host::check_host(OP, "src", src)?;
+        let n = src.numel();
+        if n > src.capacity() {
+            return Err(shape_err(OP, "shape exceeds storage"));
+        }
+        Ok(match &src.storage {
+            Storage::Host(HostData::F32(v)) => v[..n].to_vec(),
+            Storage::Host(HostData::F16(v)) => v[..n].iter().map(|x| x.to_f32()).collect(),
+            Storage::Host(HostData::BF16(v)) => v[..n].iter().map(|x| x.to_f32()).collect(),
+            Storage::Host(HostData::U32(_)) => return Err(shape_err(OP, "tensor is u32")),
+            #[allow(unreachable_patterns)]
+            _ => return Err(shape_err(OP, "not a host tensor")),
+        })
+    }
+
+    fn read_u32(&self, src: &Tensor) -> Result<Vec<u32>> {
+        Ok(host::u32s("read_u32", "src", src)?.to_vec())
+    }
+
+    fn upload_weight(
+        &self,
+        format: QuantFormat,
+        rows: usize,
+        cols: usize,
+        data: HostBytes,
+        scales: Option<HostBytes>,
+        tensor_scale: Option<f32>,
+    ) -> Result<Weight> {
+        const OP: &str = "upload_weight";
+        let row_bytes = format.row_bytes(cols)?;
+        let want = row_bytes
+            .checked_mul(rows)
+            .ok_or_else(|| shape_err(OP, format!("[{rows}, {cols}] overflows")))?;
+        if data.as_slice().len() != want {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{format} [{rows}, {cols}] needs {want} bytes, got {}",
+                    data.as_slice().len()
+                ),
+            ));
+        }
+        let want_scales = format.scale_bytes(rows, cols);
+        let got_scales = scales.as_ref().map_or(0, |s| s.as_slice().len());
+        if got_scales != want_scales {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{format} [{rows}, {cols}] needs {want_scales} scale bytes, got {got_scales}"
+                ),
+            ));
+        }
+        Ok(Weight {
+            format,
+            rows,
+            cols,
+            tensor_scale,
+            storage: WeightStorage::Host { data, scales },
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn embedding(&self, table: &Weight, ids: &Tensor, out: &mut Tensor) -> Result<()> {
+        matmul::embedding(table, ids, out)
+    }
+
+    fn matmul(&self, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
+        matmul::matmul(x, w, out)
+    }
+
+    fn add_bias(&self, x: &mut Tensor, bias: &Tensor) -> Result<()> {
+        elementwise::add_bias(x, bias)
+    }
+
+    fn rms_norm(&self, x: &Tensor, weight: &Tensor, eps: f32, out: &mut Tensor) -> Result<()> {
+        elementwise::rms_norm(x, weight, eps, out)
+    }
+
+    fn add_rms_norm(
+        &self,
+        residual: &mut Tensor,
+        delta: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        elementwise::add_rms_norm(residual, delta, weight, eps, out)
+    }
+
+    fn add_assign(&self, x: &mut Tensor, y: &Tensor) -> Result<()> {
+        elementwise::add_assign(x, y)
+    }
+
+    fn rope(&self, x: &mut Tensor, positions: &Tensor, rope: &DeviceRope) -> Result<()> {
+        elementwise::rope(x, positions, rope)
+    }
+
+    fn silu_mul(&self, gate: &Tensor, up: &Tensor, out: &mut Tensor) -> Result<()> {
+        elementwise::silu_mul(gate, up, out)
+    }
+
+    fn kv_write(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        attention::kv_write(k, v, k_cache, v_cache, meta)
+    }
+
+    fn attention(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        meta: &AttentionMeta,
+        params: &AttentionParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        attention::attention(q, k_cache, v_cache, meta, params, out)
+    }
+
+    fn argmax(&self, logits: &Tensor, out: &mut Tensor) -> Result<()> {
+        elementwise::argmax(logits, out)
+    }
+
+    fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()> {
+        elementwise::gather_rows(src, src_rows, out)
     }
 }

@@ -1,0 +1,60 @@
+//! The `Model` trait: what the engine needs from any architecture.
+
+use pocket_kernels::{DType, Device, Tensor};
+
+use crate::batch::BatchPlan;
+use crate::{KvCache, KvCacheConfig, Result};
+
+/// Static facts about a loaded model that the engine and cache sizing need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// Architecture name as the checkpoint states it (`llama`, `qwen2`, `qwen3`).
+    pub architecture: String,
+    /// Output vocabulary size (logit width).
+    pub vocab_size: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// Layers with a KV cache.
+    pub num_layers: usize,
+    /// Key/value heads per layer.
+    pub num_kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Longest context the model supports.
+    pub max_context: usize,
+}
+
+impl ModelInfo {
+    /// A cache configuration for this model holding `max_tokens` tokens in all.
+    pub fn kv_cache_config(
+        &self,
+        max_tokens: usize,
+        max_seq_len: usize,
+        dtype: DType,
+    ) -> KvCacheConfig {
+        let block_size = 16;
+        KvCacheConfig {
+            num_layers: self.num_layers,
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            block_size,
+            num_blocks: max_tokens.div_ceil(block_size).max(1),
+            dtype,
+            max_seq_len: max_seq_len.min(self.max_context),
+        }
+    }
+}
+
+/// A loaded model: one forward over a varlen batch, returning the logits of the last new token
+/// of each sequence.
+pub trait Model: Send {
+    /// Shapes and limits.
+    fn info(&self) -> &ModelInfo;
+
+    /// The device the model's weights live on.
+    fn device(&self) -> &Device;
+
+    /// Runs `plan` (already reserved in `cache` by [`KvCache::plan`]) and returns the logits
+    /// `[num_seqs, vocab]` on the model's device, in `plan`'s sequence order.
+    fn forward(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<&Tensor>;
+}
