@@ -58,7 +58,7 @@ impl QuantizedMatrix {
 
 fn check_blocks(format: QuantFormat, data_len: usize, out_len: usize) -> Result<()> {
     let s = format.spec();
-    if data_len % s.block_bytes != 0 {
+    if !data_len.is_multiple_of(s.block_bytes) {
         return Err(QuantError::PartialBlock {
             format: s.name.to_string(),
             len: data_len,
@@ -100,7 +100,7 @@ pub fn quantize(format: QuantFormat, src: &[f32]) -> Result<Vec<u8>> {
     let q = s
         .quant
         .ok_or_else(|| QuantError::NoQuantizer(s.name.to_string()))?;
-    if src.len() % s.block_size != 0 {
+    if !src.len().is_multiple_of(s.block_size) {
         return Err(QuantError::NotBlockMultiple {
             format: s.name.to_string(),
             elements: src.len(),

@@ -538,7 +538,7 @@ impl QuantFormat {
     /// Bytes of one row of `cols` elements (data only), or an error if `cols` is not whole blocks.
     pub fn row_bytes(&self, cols: usize) -> Result<usize> {
         let s = self.spec();
-        if cols % s.block_size != 0 {
+        if !cols.is_multiple_of(s.block_size) {
             return Err(QuantError::NotBlockMultiple {
                 format: s.name.to_string(),
                 elements: cols,

@@ -99,7 +99,7 @@ pub fn matmul_with(
         ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
         ActFormat::Q8_K => 256,
     };
-    if cols % act_block != 0 {
+    if !cols.is_multiple_of(act_block) {
         return Err(QuantError::NotBlockMultiple {
             format: format!("{} activations", spec.name),
             elements: cols,

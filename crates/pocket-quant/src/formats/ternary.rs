@@ -58,7 +58,7 @@ fn ternarize(x: &[f32]) -> (f32, [u8; 256]) {
 /// Packs base-3 digits (most significant first) into a byte, rounding up as gguf-py does.
 fn pack3(digits: impl Iterator<Item = (u8, u8)>) -> u8 {
     let v: u16 = digits.map(|(q, p)| q as u16 * p as u16).sum();
-    ((v * 256 + 242) / 243) as u8
+    (v * 256).div_ceil(243) as u8
 }
 
 /// f32 to TQ1_0 blocks (gguf-py `TQ1_0.quantize_blocks`).
