@@ -1,0 +1,121 @@
+//! Pre-tokenizers of byte-level BPE vocabularies, selected by `tokenizer.ggml.pre`.
+//!
+//! The split regexes are the ones llama.cpp uses for each pre-tokenizer name (format data from
+//! llama-vocab.cpp). Regexes are applied in sequence: each one splits every piece left by the
+//! previous ones into its matches and the unmatched text between them.
+
+use fancy_regex::Regex;
+
+use super::TokenizerError;
+
+const GPT2_WORDS: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const DEEPSEEK_LLM_LETTERS: &str = "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u{1F7D}ᾀ-ᾴᾶ-ᾼ\u{1FBE}ῂ-ῄῆ-ῌῐ-\u{1FD3}ῖ-\u{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u{2126}ℨ\u{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+const DEEPSEEK_LLM_PUNCT: &str = "\\s?[!-/:-~！-／：-～‘-‟　-。]+";
+const CJK_HANGUL: &str = "[一-龥ࠀ-一가-퟿]+";
+const DEEPSEEK3_CJK: &str = "[一-龥぀-ゟ゠-ヿ]+";
+const DEEPSEEK3_WORDS: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
+
+/// A named pre-tokenizer: the regexes applied in order, and whether whole-word vocabulary hits
+/// skip the merges (`ignore_merges`).
+#[derive(Debug)]
+pub struct PreTokenizer {
+    name: String,
+    regexes: Vec<Regex>,
+    ignore_merges: bool,
+}
+
+/// Returns the regex list and `ignore_merges` for a `tokenizer.ggml.pre` name.
+fn patterns(name: &str) -> Option<(Vec<&'static str>, bool)> {
+    let p = match name {
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
+        | "lfm2" => (vec![LLAMA3], true),
+        "dbrx" | "smaug-bpe" | "chatglm-bpe" | "glm4" => (vec![LLAMA3], false),
+        "deepseek-llm" => (
+            vec![
+                "[\r\n]",
+                DEEPSEEK_LLM_LETTERS,
+                DEEPSEEK_LLM_PUNCT,
+                r"\s+$",
+                CJK_HANGUL,
+                r"\p{N}+",
+            ],
+            false,
+        ),
+        "deepseek-v3" | "hunyuan-dense" => (vec![r"\p{N}{1,3}", DEEPSEEK3_CJK, DEEPSEEK3_WORDS], false),
+        "deepseek-coder" => (vec!["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK_HANGUL, r"\p{N}"], false),
+        "falcon" => (vec![r"[\p{P}\$\+<=>\^~\|`]+", GPT2_WORDS, "[0-9][0-9][0-9]"], false),
+        "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b" => {
+            (vec![r"\p{N}", GPT2_WORDS], false)
+        }
+        "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v1-en" | "jina-v2-es"
+        | "jina-v2-de" | "jina-v2-code" | "roberta-bpe" | "mpt" | "olmo" | "jais" | "trillion"
+        | "granite-docling" => (vec![GPT2_WORDS], false),
+        "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" | "grok-2" | "qwen3" => {
+            (vec![QWEN2], false)
+        }
+        "qwen35" => (vec![QWEN35], false),
+        "default" => (
+            vec![r"[\p{P}\$\+<=>\^~\|]+", GPT2_WORDS, r"\p{N}+", "[0-9][0-9][0-9]"],
+            false,
+        ),
+        _ => return None,
+    };
+    Some(p)
+}
+
+impl PreTokenizer {
+    /// Builds the pre-tokenizer named by `tokenizer.ggml.pre` (`None` or unknown names are errors,
+    /// except that a missing name falls back to llama.cpp's `default`).
+    pub fn by_name(name: Option<&str>) -> Result<Self, TokenizerError> {
+        let name = name.unwrap_or("default");
+        let (pats, ignore_merges) =
+            patterns(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer(name.to_string()))?;
+        let regexes = pats
+            .into_iter()
+            .map(|p| {
+                Regex::new(p).map_err(|e| TokenizerError::Regex(format!("{name}: {p:?}: {e:?}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { name: name.to_string(), regexes, ignore_merges })
+    }
+
+    /// The pre-tokenizer's name as given in the metadata.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether a word found whole in the vocabulary is emitted without merging.
+    pub fn ignore_merges(&self) -> bool {
+        self.ignore_merges
+    }
+
+    /// Splits `text` into words (byte ranges into `text`).
+    pub fn split<'a>(&self, text: &'a str) -> Result<Vec<&'a str>, TokenizerError> {
+        let mut pieces: Vec<&'a str> = if text.is_empty() { Vec::new() } else { vec![text] };
+        for re in &self.regexes {
+            let mut next = Vec::with_capacity(pieces.len() * 2);
+            for piece in pieces {
+                let mut last = 0;
+                for m in re.find_iter(piece) {
+                    let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
+                    if m.start() == m.end() {
+                        continue;
+                    }
+                    if m.start() > last {
+                        next.push(&piece[last..m.start()]);
+                    }
+                    next.push(m.as_str());
+                    last = m.end();
+                }
+                if last < piece.len() {
+                    next.push(&piece[last..]);
+                }
+            }
+            pieces = next;
+        }
+        Ok(pieces)
+    }
+}
