@@ -19,7 +19,14 @@ fn data_dir() -> PathBuf {
 }
 
 /// The date the generator pinned `strftime_now` to (2026-02-03T04:05:06).
-const FIXED_NOW: DateTime = DateTime { year: 2026, month: 2, day: 3, hour: 4, minute: 5, second: 6 };
+const FIXED_NOW: DateTime = DateTime {
+    year: 2026,
+    month: 2,
+    day: 3,
+    hour: 4,
+    minute: 5,
+    second: 6,
+};
 
 fn template_source(name: &str) -> String {
     let p = if name == "python-compat.jinja" {
@@ -32,9 +39,10 @@ fn template_source(name: &str) -> String {
 
 #[test]
 fn templates_match_python_jinja2() {
-    let fixture: Value =
-        serde_json::from_str(&std::fs::read_to_string(data_dir().join("expected.json")).expect("expected.json missing"))
-            .expect("expected.json is not JSON");
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(data_dir().join("expected.json")).expect("expected.json missing"),
+    )
+    .expect("expected.json is not JSON");
     assert_eq!(fixture["meta"]["fixed_now"], "2026-02-03T04:05:06");
     let cases = fixture["cases"].as_array().expect("cases");
     // every shared template is covered
@@ -46,14 +54,21 @@ fn templates_match_python_jinja2() {
     shared.sort();
     assert!(!shared.is_empty());
     for t in &shared {
-        assert!(cases.iter().any(|c| c["template"] == t.as_str()), "template {t} has no expected renderings");
+        assert!(
+            cases.iter().any(|c| c["template"] == t.as_str()),
+            "template {t} has no expected renderings"
+        );
     }
 
     let mut failures = Vec::new();
     let mut passed = 0;
     for c in cases {
         let name = c["template"].as_str().unwrap();
-        let label = format!("{name} / {} / agp={}", c["conversation"].as_str().unwrap(), c["add_generation_prompt"]);
+        let label = format!(
+            "{name} / {} / agp={}",
+            c["conversation"].as_str().unwrap(),
+            c["add_generation_prompt"]
+        );
         let tpl = match ChatTemplate::with_now(&template_source(name), Some(FIXED_NOW)) {
             Ok(t) => t,
             Err(e) => {
@@ -72,15 +87,23 @@ fn templates_match_python_jinja2() {
         let got = tpl.render_json(&c["messages"], &opts);
         match (c.get("output").and_then(Value::as_str), got) {
             (Some(want), Ok(got)) if want == got => passed += 1,
-            (Some(want), Ok(got)) => failures.push(format!("{label}: output differs\n--- python\n{want}\n--- ours\n{got}\n---")),
+            (Some(want), Ok(got)) => failures.push(format!(
+                "{label}: output differs\n--- python\n{want}\n--- ours\n{got}\n---"
+            )),
             (Some(_), Err(e)) => failures.push(format!("{label}: we failed: {e}")),
-            (None, Ok(got)) => failures.push(format!("{label}: python failed ({}), we rendered {got:?}", c["message"])),
+            (None, Ok(got)) => failures.push(format!(
+                "{label}: python failed ({}), we rendered {got:?}",
+                c["message"]
+            )),
             (None, Err(e)) => {
                 // raise_exception messages must match exactly
                 if c["error"] == "raised" {
                     match &e {
                         ChatTemplateError::Raised(m) if c["message"] == m.as_str() => passed += 1,
-                        other => failures.push(format!("{label}: want raise {:?}, got {other}", c["message"])),
+                        other => failures.push(format!(
+                            "{label}: want raise {:?}, got {other}",
+                            c["message"]
+                        )),
                     }
                 } else {
                     passed += 1;
@@ -88,6 +111,12 @@ fn templates_match_python_jinja2() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
     assert!(passed > 100, "only {passed} cases");
 }

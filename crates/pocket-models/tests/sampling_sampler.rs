@@ -15,12 +15,21 @@ fn softmax(l: &[f32], t: f32) -> Vec<f64> {
 
 fn draw_many(params: SamplingParams, seed: u64, n: usize) -> Vec<u32> {
     let mut s = Sampler::new(params, seed).unwrap();
-    (0..n).map(|_| s.sample(&mut logits(), &[]).unwrap().id).collect()
+    (0..n)
+        .map(|_| s.sample(&mut logits(), &[]).unwrap().id)
+        .collect()
 }
 
 #[test]
 fn greedy_picks_argmax_with_logprobs() {
-    let mut s = Sampler::new(SamplingParams { top_logprobs: 3, ..SamplingParams::greedy() }, 0).unwrap();
+    let mut s = Sampler::new(
+        SamplingParams {
+            top_logprobs: 3,
+            ..SamplingParams::greedy()
+        },
+        0,
+    )
+    .unwrap();
     let t = s.sample(&mut logits(), &[]).unwrap();
     assert_eq!(t.id, 1);
     let p = softmax(&logits(), 1.0);
@@ -34,14 +43,20 @@ fn greedy_picks_argmax_with_logprobs() {
 
 #[test]
 fn same_seed_same_tokens_different_seed_differs() {
-    let params = SamplingParams { temperature: 1.0, ..Default::default() };
+    let params = SamplingParams {
+        temperature: 1.0,
+        ..Default::default()
+    };
     let a = draw_many(params.clone(), 7, 200);
     let b = draw_many(params.clone(), 7, 200);
     let c = draw_many(params, 8, 200);
     assert_eq!(a, b);
     assert_ne!(a, c);
     // the seed in the params wins over the caller's
-    let p = SamplingParams { seed: Some(99), ..Default::default() };
+    let p = SamplingParams {
+        seed: Some(99),
+        ..Default::default()
+    };
     assert_eq!(draw_many(p.clone(), 1, 50), draw_many(p, 2, 50));
 }
 
@@ -55,18 +70,43 @@ fn fixed_seed_sequence_is_stable() {
 
 #[test]
 fn near_zero_temperature_equals_greedy() {
-    let ids = draw_many(SamplingParams { temperature: 1e-3, ..Default::default() }, 3, 500);
+    let ids = draw_many(
+        SamplingParams {
+            temperature: 1e-3,
+            ..Default::default()
+        },
+        3,
+        500,
+    );
     assert!(ids.iter().all(|&i| i == 1));
 }
 
 #[test]
 fn top_k_never_leaves_the_k_best() {
-    let ids = draw_many(SamplingParams { top_k: 3, ..Default::default() }, 11, 5000);
-    assert!(ids.iter().all(|&i| [1, 3, 5].contains(&i)), "emitted outside the top 3");
+    let ids = draw_many(
+        SamplingParams {
+            top_k: 3,
+            ..Default::default()
+        },
+        11,
+        5000,
+    );
+    assert!(
+        ids.iter().all(|&i| [1, 3, 5].contains(&i)),
+        "emitted outside the top 3"
+    );
     for want in [1, 3, 5] {
         assert!(ids.contains(&want), "top-k never emitted {want}");
     }
-    let ids = draw_many(SamplingParams { top_k: 1, temperature: 2.0, ..Default::default() }, 11, 500);
+    let ids = draw_many(
+        SamplingParams {
+            top_k: 1,
+            temperature: 2.0,
+            ..Default::default()
+        },
+        11,
+        500,
+    );
     assert!(ids.iter().all(|&i| i == 1));
 }
 
@@ -75,7 +115,14 @@ fn top_p_keeps_the_nucleus() {
     let p = softmax(&logits(), 1.0);
     // best three: ids 1, 3, 5 with probabilities p1 >= p3 >= p5
     let top_p = (p[1] + p[3] + 0.5 * p[5]) as f32;
-    let ids = draw_many(SamplingParams { top_p, ..Default::default() }, 5, 5000);
+    let ids = draw_many(
+        SamplingParams {
+            top_p,
+            ..Default::default()
+        },
+        5,
+        5000,
+    );
     assert!(ids.iter().all(|&i| [1, 3, 5].contains(&i)));
     assert!(ids.contains(&5));
 }
@@ -84,7 +131,14 @@ fn top_p_keeps_the_nucleus() {
 fn min_p_drops_unlikely_tokens() {
     let p = softmax(&logits(), 1.0);
     let min_p = (p[5] / p[1]) as f32 * 0.99; // keeps 1, 3, 5
-    let ids = draw_many(SamplingParams { min_p, ..Default::default() }, 5, 5000);
+    let ids = draw_many(
+        SamplingParams {
+            min_p,
+            ..Default::default()
+        },
+        5,
+        5000,
+    );
     assert!(ids.iter().all(|&i| [1, 3, 5].contains(&i)));
 }
 
@@ -92,7 +146,14 @@ fn min_p_drops_unlikely_tokens() {
 fn frequencies_match_softmax() {
     for t in [1.0f32, 0.7, 1.5] {
         let n = 40_000;
-        let ids = draw_many(SamplingParams { temperature: t, ..Default::default() }, 2024, n);
+        let ids = draw_many(
+            SamplingParams {
+                temperature: t,
+                ..Default::default()
+            },
+            2024,
+            n,
+        );
         let p = softmax(&logits(), t);
         let mut counts = [0usize; 8];
         for i in ids {
@@ -101,7 +162,11 @@ fn frequencies_match_softmax() {
         for (i, &c) in counts.iter().enumerate() {
             let f = c as f64 / n as f64;
             let sd = (p[i] * (1.0 - p[i]) / n as f64).sqrt();
-            assert!((f - p[i]).abs() < 5.0 * sd + 1e-4, "t={t} id {i}: freq {f:.4} vs p {:.4}", p[i]);
+            assert!(
+                (f - p[i]).abs() < 5.0 * sd + 1e-4,
+                "t={t} id {i}: freq {f:.4} vs p {:.4}",
+                p[i]
+            );
         }
     }
 }
@@ -109,18 +174,43 @@ fn frequencies_match_softmax() {
 #[test]
 fn penalties_and_bias() {
     // repetition penalty divides positive logits: 3.0/2 = 1.5 < 2.5 so id 3 wins
-    let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() }, 0).unwrap();
+    let mut s = Sampler::new(
+        SamplingParams {
+            repetition_penalty: 2.0,
+            ..SamplingParams::greedy()
+        },
+        0,
+    )
+    .unwrap();
     assert_eq!(s.sample(&mut logits(), &[1]).unwrap().id, 3);
     // presence: 3.0 - 1.0 = 2.0 < 2.5
-    let mut s = Sampler::new(SamplingParams { presence_penalty: 1.0, ..SamplingParams::greedy() }, 0).unwrap();
+    let mut s = Sampler::new(
+        SamplingParams {
+            presence_penalty: 1.0,
+            ..SamplingParams::greedy()
+        },
+        0,
+    )
+    .unwrap();
     assert_eq!(s.sample(&mut logits(), &[1]).unwrap().id, 3);
     // frequency: counted per occurrence; one occurrence of 0.4 keeps id 1 ahead, two do not
-    let mut s = Sampler::new(SamplingParams { frequency_penalty: 0.4, ..SamplingParams::greedy() }, 0).unwrap();
+    let mut s = Sampler::new(
+        SamplingParams {
+            frequency_penalty: 0.4,
+            ..SamplingParams::greedy()
+        },
+        0,
+    )
+    .unwrap();
     assert_eq!(s.sample(&mut logits(), &[1]).unwrap().id, 1);
     assert_eq!(s.sample(&mut logits(), &[1, 1]).unwrap().id, 3);
     // penalty window: only the last token counts
     let mut s = Sampler::new(
-        SamplingParams { presence_penalty: 1.0, penalty_last_n: Some(1), ..SamplingParams::greedy() },
+        SamplingParams {
+            presence_penalty: 1.0,
+            penalty_last_n: Some(1),
+            ..SamplingParams::greedy()
+        },
         0,
     )
     .unwrap();
@@ -128,34 +218,90 @@ fn penalties_and_bias() {
     // logit bias
     let mut bias = std::collections::BTreeMap::new();
     bias.insert(6u32, 10.0f32);
-    let mut s = Sampler::new(SamplingParams { logit_bias: bias.clone(), ..SamplingParams::greedy() }, 0).unwrap();
+    let mut s = Sampler::new(
+        SamplingParams {
+            logit_bias: bias.clone(),
+            ..SamplingParams::greedy()
+        },
+        0,
+    )
+    .unwrap();
     assert_eq!(s.sample(&mut logits(), &[]).unwrap().id, 6);
     bias.insert(100, 1.0);
-    let mut s = Sampler::new(SamplingParams { logit_bias: bias, ..SamplingParams::greedy() }, 0).unwrap();
-    assert_eq!(s.sample(&mut logits(), &[]), Err(SamplingError::BiasTokenOutOfRange { id: 100, vocab: 8 }));
+    let mut s = Sampler::new(
+        SamplingParams {
+            logit_bias: bias,
+            ..SamplingParams::greedy()
+        },
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        s.sample(&mut logits(), &[]),
+        Err(SamplingError::BiasTokenOutOfRange { id: 100, vocab: 8 })
+    );
 }
 
 #[test]
 fn validation_names_the_field() {
     let bad = [
-        SamplingParams { temperature: -0.1, ..Default::default() },
-        SamplingParams { temperature: f32::NAN, ..Default::default() },
-        SamplingParams { top_p: 0.0, ..Default::default() },
-        SamplingParams { min_p: 1.5, ..Default::default() },
-        SamplingParams { repetition_penalty: 0.0, ..Default::default() },
-        SamplingParams { presence_penalty: 3.0, ..Default::default() },
-        SamplingParams { frequency_penalty: -2.5, ..Default::default() },
-        SamplingParams { top_logprobs: 21, ..Default::default() },
+        SamplingParams {
+            temperature: -0.1,
+            ..Default::default()
+        },
+        SamplingParams {
+            temperature: f32::NAN,
+            ..Default::default()
+        },
+        SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            min_p: 1.5,
+            ..Default::default()
+        },
+        SamplingParams {
+            repetition_penalty: 0.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            presence_penalty: 3.0,
+            ..Default::default()
+        },
+        SamplingParams {
+            frequency_penalty: -2.5,
+            ..Default::default()
+        },
+        SamplingParams {
+            top_logprobs: 21,
+            ..Default::default()
+        },
     ];
-    let names = ["temperature", "temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "top_logprobs"];
+    let names = [
+        "temperature",
+        "temperature",
+        "top_p",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_logprobs",
+    ];
     for (p, name) in bad.into_iter().zip(names) {
         match Sampler::new(p, 0) {
             Err(SamplingError::OutOfRange { name: n, .. }) => assert_eq!(n, name),
             other => panic!("expected {name} error, got {other:?}"),
         }
     }
-    assert!(Sampler::new(SamplingParams::default(), 0).unwrap().sample(&mut [], &[]).is_err());
-    assert!(Sampler::new(SamplingParams::default(), 0).unwrap().sample(&mut [f32::NEG_INFINITY; 3], &[]).is_err());
+    assert!(Sampler::new(SamplingParams::default(), 0)
+        .unwrap()
+        .sample(&mut [], &[])
+        .is_err());
+    assert!(Sampler::new(SamplingParams::default(), 0)
+        .unwrap()
+        .sample(&mut [f32::NEG_INFINITY; 3], &[])
+        .is_err());
 }
 
 #[test]

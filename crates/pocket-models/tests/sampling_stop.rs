@@ -28,7 +28,17 @@ fn eos_stops_and_flushes_held_text() {
 #[test]
 fn stop_string_split_across_tokens_is_not_emitted() {
     let mut s = StopChecker::new([], vec!["\nUser:".into()]);
-    let (out, why) = run(&mut s, &[(1, "Sure."), (2, "\n"), (3, "Us"), (4, "er"), (5, ": hi"), (6, "more")]);
+    let (out, why) = run(
+        &mut s,
+        &[
+            (1, "Sure."),
+            (2, "\n"),
+            (3, "Us"),
+            (4, "er"),
+            (5, ": hi"),
+            (6, "more"),
+        ],
+    );
     assert_eq!(out, "Sure.");
     assert_eq!(why, Some(StopReason::String(0)));
 }

@@ -15,7 +15,8 @@ fn leak(s: String) -> &'static str {
 fn build_wheel(path: &Path, files: &[(&str, &[u8])]) {
     let f = std::fs::File::create(path).unwrap();
     let mut z = zip::ZipWriter::new(f);
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
     for (name, data) in files {
         z.start_file(*name, opts).unwrap();
         z.write_all(data).unwrap();
@@ -61,7 +62,9 @@ exit 1
 }
 
 fn pip_calls(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join("pip.log")).map(|s| s.lines().count()).unwrap_or(0)
+    std::fs::read_to_string(dir.join("pip.log"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
 }
 
 struct Fixture {
@@ -80,19 +83,42 @@ fn fixture(sha_override: Option<&str>) -> Fixture {
     let mut content = b"GGUF".to_vec();
     content.extend((0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
     let (a, b) = content.split_at(70_001);
-    build_wheel(&wheels.join("tiny_split_a-1.0-py3-none-any.whl"), &[("tiny_split_a/__init__.py", b""), ("tiny_split_a/data/part01.bin", a)]);
-    build_wheel(&wheels.join("tiny_split_b-1.0-py3-none-any.whl"), &[("tiny_split_b/data/part02.bin", b)]);
-    build_wheel(&wheels.join("tiny_hollow-1.0-py3-none-any.whl"), &[("tiny_hollow/readme.txt", b"no model here")]);
+    build_wheel(
+        &wheels.join("tiny_split_a-1.0-py3-none-any.whl"),
+        &[
+            ("tiny_split_a/__init__.py", b""),
+            ("tiny_split_a/data/part01.bin", a),
+        ],
+    );
+    build_wheel(
+        &wheels.join("tiny_split_b-1.0-py3-none-any.whl"),
+        &[("tiny_split_b/data/part02.bin", b)],
+    );
+    build_wheel(
+        &wheels.join("tiny_hollow-1.0-py3-none-any.whl"),
+        &[("tiny_hollow/readme.txt", b"no model here")],
+    );
     let pip = fake_pip(&root, &wheels);
     let sha = sha_override.map(str::to_string).unwrap_or_else(|| {
-        Sha256::digest(&content).iter().map(|b| format!("{b:02x}")).collect()
+        Sha256::digest(&content)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     });
     let entry = CatalogEntry {
         alias: "tiny-split",
         file_name: "tiny.gguf",
         parts: Box::leak(Box::new([
-            WheelPart { package: "tiny-split-a", version: "1.0", file: "tiny_split_a/data/part01.bin" },
-            WheelPart { package: "tiny-split-b", version: "1.0", file: "tiny_split_b/data/part02.bin" },
+            WheelPart {
+                package: "tiny-split-a",
+                version: "1.0",
+                file: "tiny_split_a/data/part01.bin",
+            },
+            WheelPart {
+                package: "tiny-split-b",
+                version: "1.0",
+                file: "tiny_split_b/data/part02.bin",
+            },
         ])),
         sha256: leak(sha),
         size: content.len() as u64,
@@ -100,14 +126,22 @@ fn fixture(sha_override: Option<&str>) -> Fixture {
     let hollow = CatalogEntry {
         alias: "tiny-hollow",
         file_name: "hollow.gguf",
-        parts: &[WheelPart { package: "tiny-hollow", version: "1.0", file: "tiny_hollow/data/model.gguf" }],
+        parts: &[WheelPart {
+            package: "tiny-hollow",
+            version: "1.0",
+            file: "tiny_hollow/data/model.gguf",
+        }],
         sha256: "00",
         size: 1,
     };
     let missing = CatalogEntry {
         alias: "tiny-missing",
         file_name: "missing.gguf",
-        parts: &[WheelPart { package: "tiny-not-on-index", version: "1.0", file: "x/model.gguf" }],
+        parts: &[WheelPart {
+            package: "tiny-not-on-index",
+            version: "1.0",
+            file: "x/model.gguf",
+        }],
         sha256: "00",
         size: 1,
     };
@@ -118,7 +152,12 @@ fn fixture(sha_override: Option<&str>) -> Fixture {
         .with_entry(entry)
         .with_entry(hollow)
         .with_entry(missing);
-    Fixture { _tmp: tmp, root, store, content }
+    Fixture {
+        _tmp: tmp,
+        root,
+        store,
+        content,
+    }
 }
 
 #[test]
@@ -153,14 +192,19 @@ fn fetch_reassembles_verifies_and_reuses_the_cache() {
 fn checksum_mismatch_is_an_error_and_leaves_no_file() {
     let f = fixture(Some("deadbeef"));
     match f.store.resolve("tiny-split") {
-        Err(StoreError::ChecksumMismatch { expected, actual, .. }) => {
+        Err(StoreError::ChecksumMismatch {
+            expected, actual, ..
+        }) => {
             assert_eq!(expected, "deadbeef");
             assert_eq!(actual.len(), 64);
         }
         other => panic!("expected checksum mismatch, got {other:?}"),
     }
     let dir = f.root.join("cache/models/tiny-split");
-    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).collect();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .collect();
     assert!(files.is_empty(), "left {files:?}");
 }
 
@@ -168,11 +212,15 @@ fn checksum_mismatch_is_an_error_and_leaves_no_file() {
 fn offline_missing_pip_and_bad_wheels_are_typed_errors() {
     let f = fixture(None);
     match f.store.resolve("tiny-missing") {
-        Err(e @ StoreError::Offline { .. }) => assert!(e.to_string().contains("tiny-not-on-index==1.0")),
+        Err(e @ StoreError::Offline { .. }) => {
+            assert!(e.to_string().contains("tiny-not-on-index==1.0"))
+        }
         other => panic!("expected offline error, got {other:?}"),
     }
     match f.store.resolve("tiny-hollow") {
-        Err(StoreError::MissingInWheel { file, .. }) => assert_eq!(file, "tiny_hollow/data/model.gguf"),
+        Err(StoreError::MissingInWheel { file, .. }) => {
+            assert_eq!(file, "tiny_hollow/data/model.gguf")
+        }
         other => panic!("expected missing-in-wheel, got {other:?}"),
     }
     let no_pip = f.store.clone().with_pip(["/nonexistent/pip-for-test"]);
@@ -181,7 +229,10 @@ fn offline_missing_pip_and_bad_wheels_are_typed_errors() {
         other => panic!("expected pip-not-found, got {other:?}"),
     }
     let failing = f.store.clone().with_pip(["false"]);
-    assert!(matches!(failing.resolve("tiny-split"), Err(StoreError::PipFailed { .. })));
+    assert!(matches!(
+        failing.resolve("tiny-split"),
+        Err(StoreError::PipFailed { .. })
+    ));
 }
 
 #[test]
@@ -195,15 +246,28 @@ fn local_paths_resolve_without_the_store() {
     let st = f.root.join("st-model");
     std::fs::create_dir_all(&st).unwrap();
     std::fs::write(st.join("model.safetensors"), b"{}").unwrap();
-    assert_eq!(never.resolve(st.to_str().unwrap()).unwrap().format, ModelFormat::SafetensorsDir);
+    assert_eq!(
+        never.resolve(st.to_str().unwrap()).unwrap().format,
+        ModelFormat::SafetensorsDir
+    );
     let txt = f.root.join("notes.txt");
     std::fs::write(&txt, b"hello").unwrap();
-    assert!(matches!(never.resolve(txt.to_str().unwrap()), Err(StoreError::NotAModel { .. })));
-    assert!(matches!(never.resolve(f.root.to_str().unwrap()), Err(StoreError::NotAModel { .. })));
+    assert!(matches!(
+        never.resolve(txt.to_str().unwrap()),
+        Err(StoreError::NotAModel { .. })
+    ));
+    assert!(matches!(
+        never.resolve(f.root.to_str().unwrap()),
+        Err(StoreError::NotAModel { .. })
+    ));
     match never.resolve("no-such-model") {
         Err(e @ StoreError::UnknownModel { .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains("smollm2-135m-instruct") && msg.contains("qwen2.5-coder-0.5b-instruct"), "{msg}");
+            assert!(
+                msg.contains("smollm2-135m-instruct")
+                    && msg.contains("qwen2.5-coder-0.5b-instruct"),
+                "{msg}"
+            );
         }
         other => panic!("expected unknown model, got {other:?}"),
     }
@@ -217,7 +281,9 @@ fn real_fetch_smollm2() {
         return;
     }
     let store = ModelStore::new();
-    let m = store.resolve("smollm2-135m-instruct").expect("real fetch failed");
+    let m = store
+        .resolve("smollm2-135m-instruct")
+        .expect("real fetch failed");
     assert_eq!(std::fs::metadata(&m.path).unwrap().len(), 98_362_432);
     let tok = pocket_models::tokenizer::Tokenizer::from_gguf_path(&m.path).unwrap();
     let ids = tok.encode("Hello, world!", false, false).unwrap();

@@ -19,8 +19,12 @@ fn vocab(name: &str) -> GgufVocab {
 }
 
 fn texts() -> Vec<String> {
-    let inp = std::fs::read_to_string(vectors_dir().join("ggml-vocab-qwen2.gguf.inp")).expect("vectors missing");
-    let mut t: Vec<String> = inp.split("\n__ggml_vocab_test__\n").map(str::to_string).collect();
+    let inp = std::fs::read_to_string(vectors_dir().join("ggml-vocab-qwen2.gguf.inp"))
+        .expect("vectors missing");
+    let mut t: Vec<String> = inp
+        .split("\n__ggml_vocab_test__\n")
+        .map(str::to_string)
+        .collect();
     t.pop();
     t
 }
@@ -28,7 +32,9 @@ fn texts() -> Vec<String> {
 #[test]
 fn special_tokens_parse_only_when_asked() {
     let tok = Tokenizer::from_gguf_vocab(&vocab("ggml-vocab-qwen2.gguf")).unwrap();
-    let im_start = tok.token_id("<|im_start|>").expect("qwen2 has <|im_start|>");
+    let im_start = tok
+        .token_id("<|im_start|>")
+        .expect("qwen2 has <|im_start|>");
     let with = tok.encode("<|im_start|>user\nhi", false, true).unwrap();
     assert_eq!(with[0], im_start);
     let without = tok.encode("<|im_start|>user\nhi", false, false).unwrap();
@@ -40,7 +46,10 @@ fn special_tokens_parse_only_when_asked() {
     assert_eq!(tok.decode(&with, true).unwrap(), "user\nhi");
     // end-of-generation ids include <|im_end|> and <|endoftext|>
     for t in ["<|im_end|>", "<|endoftext|>"] {
-        assert!(tok.stop_token_ids().contains(&tok.token_id(t).unwrap()), "{t}");
+        assert!(
+            tok.stop_token_ids().contains(&tok.token_id(t).unwrap()),
+            "{t}"
+        );
     }
 }
 
@@ -51,11 +60,18 @@ fn spm_adds_bos_as_metadata_says_and_strips_dummy_space() {
     let bos = tok.bos_token_id().unwrap();
     let ids = tok.encode("Hello world", true, false).unwrap();
     assert_eq!(ids[0], bos);
-    assert_eq!(&ids[1..], &tok.encode("Hello world", false, false).unwrap()[..]);
+    assert_eq!(
+        &ids[1..],
+        &tok.encode("Hello world", false, false).unwrap()[..]
+    );
     assert_eq!(tok.decode(&ids, true).unwrap(), "Hello world");
     assert_eq!(tok.bos_token(), Some("<s>"));
     // turning add_bos off in the metadata is honoured
-    let tok2 = Tokenizer::from_gguf_vocab(&GgufVocab { add_bos_token: Some(false), ..v }).unwrap();
+    let tok2 = Tokenizer::from_gguf_vocab(&GgufVocab {
+        add_bos_token: Some(false),
+        ..v
+    })
+    .unwrap();
     assert_ne!(tok2.encode("Hello", true, false).unwrap()[0], bos);
     // byte fallback: a character outside the vocabulary becomes <0xNN> tokens and decodes back
     let ids = tok.encode("\u{10FFFD}", false, false).unwrap();
@@ -70,17 +86,28 @@ fn stream_roundtrip(tok: &Tokenizer) {
         let mut streamed = String::new();
         for &id in &ids {
             let piece = dec.push(tok, id).unwrap();
-            assert!(!piece.contains('\u{FFFD}'), "broken UTF-8 streamed for {text:?}");
+            assert!(
+                !piece.contains('\u{FFFD}'),
+                "broken UTF-8 streamed for {text:?}"
+            );
             streamed.push_str(&piece);
         }
         streamed.push_str(&dec.finish(tok).unwrap());
-        assert_eq!(streamed, tok.decode(&ids, false).unwrap(), "stream != decode for {text:?}");
+        assert_eq!(
+            streamed,
+            tok.decode(&ids, false).unwrap(),
+            "stream != decode for {text:?}"
+        );
     }
 }
 
 #[test]
 fn streaming_never_breaks_utf8() {
-    for name in ["ggml-vocab-qwen2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"] {
+    for name in [
+        "ggml-vocab-qwen2.gguf",
+        "ggml-vocab-llama-spm.gguf",
+        "ggml-vocab-gpt-2.gguf",
+    ] {
         stream_roundtrip(&Tokenizer::from_gguf_vocab(&vocab(name)).unwrap());
     }
 }
@@ -93,8 +120,10 @@ fn qwen2_tokenizer_json(v: &GgufVocab) -> Vec<u8> {
         // control (3) and user-defined (4) tokens are added tokens; they follow the model vocabulary
         let ty = v.token_types.get(i).copied().unwrap_or(1);
         if ty == 3 || ty == 4 {
-            added.push(serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": ty == 3}));
+            added.push(
+                serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": ty == 3}),
+            );
         } else {
             vocab.insert(t.clone(), serde_json::json!(i));
         }
@@ -135,18 +164,44 @@ fn tokenizer_json_backend_matches_gguf_backend() {
         assert_eq!(hf.decode(&b, false).unwrap(), text);
     }
     let im_start = gguf.token_id("<|im_start|>").unwrap();
-    assert_eq!(hf.encode("<|im_start|>x", false, true).unwrap()[0], im_start);
-    assert_ne!(hf.encode("<|im_start|>x", false, false).unwrap()[0], im_start);
+    assert_eq!(
+        hf.encode("<|im_start|>x", false, true).unwrap()[0],
+        im_start
+    );
+    assert_ne!(
+        hf.encode("<|im_start|>x", false, false).unwrap()[0],
+        im_start
+    );
     stream_roundtrip(&hf);
 }
 
 #[test]
 fn bad_vocabularies_are_errors() {
-    let base = GgufVocab { model: "gpt2".into(), tokens: vec!["a".into()], ..Default::default() };
-    assert!(Tokenizer::from_gguf_vocab(&GgufVocab { model: "rwkv".into(), ..base.clone() }).is_err());
-    assert!(Tokenizer::from_gguf_vocab(&GgufVocab { pre: Some("nope".into()), ..base.clone() }).is_err());
-    assert!(Tokenizer::from_gguf_vocab(&GgufVocab { tokens: vec![], ..base.clone() }).is_err());
-    assert!(Tokenizer::from_gguf_vocab(&GgufVocab { token_types: vec![1, 1], ..base.clone() }).is_err());
+    let base = GgufVocab {
+        model: "gpt2".into(),
+        tokens: vec!["a".into()],
+        ..Default::default()
+    };
+    assert!(Tokenizer::from_gguf_vocab(&GgufVocab {
+        model: "rwkv".into(),
+        ..base.clone()
+    })
+    .is_err());
+    assert!(Tokenizer::from_gguf_vocab(&GgufVocab {
+        pre: Some("nope".into()),
+        ..base.clone()
+    })
+    .is_err());
+    assert!(Tokenizer::from_gguf_vocab(&GgufVocab {
+        tokens: vec![],
+        ..base.clone()
+    })
+    .is_err());
+    assert!(Tokenizer::from_gguf_vocab(&GgufVocab {
+        token_types: vec![1, 1],
+        ..base.clone()
+    })
+    .is_err());
     let tok = Tokenizer::from_gguf_vocab(&base).unwrap();
     assert!(tok.decode(&[5], false).is_err());
     assert!(Tokenizer::from_tokenizer_json_bytes(b"not json", None).is_err());

@@ -23,12 +23,24 @@ fn load(name: &str) -> Vec<(String, Vec<u32>)> {
     let sep = "\n__ggml_vocab_test__\n";
     let mut texts: Vec<String> = inp.split(sep).map(str::to_string).collect();
     // the file ends with a separator, leaving one empty remainder
-    assert_eq!(texts.pop().as_deref(), Some(""), "{name}.inp must end with the separator");
+    assert_eq!(
+        texts.pop().as_deref(),
+        Some(""),
+        "{name}.inp must end with the separator"
+    );
     let ids: Vec<Vec<u32>> = out
         .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().expect("bad id in .out")).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| t.parse().expect("bad id in .out"))
+                .collect()
+        })
         .collect();
-    assert_eq!(texts.len(), ids.len(), "{name}: .inp and .out disagree in count");
+    assert_eq!(
+        texts.len(),
+        ids.len(),
+        "{name}: .inp and .out disagree in count"
+    );
     assert!(texts.len() > 10, "{name}: too few vectors");
     texts.into_iter().zip(ids).collect()
 }
@@ -45,12 +57,22 @@ fn check(name: &str) {
         }
         // decoding gives back the text (these vocabularies are lossless on it)
         let back = tok.decode(&got, false).unwrap();
-        let expect_back = if tok.adds_bos() { text.strip_prefix(' ').unwrap_or(text).to_string() } else { text.clone() };
+        let expect_back = if tok.adds_bos() {
+            text.strip_prefix(' ').unwrap_or(text).to_string()
+        } else {
+            text.clone()
+        };
         if back != *text && back != expect_back {
             failures.push(format!("decode {text:?} -> {back:?}"));
         }
     }
-    assert!(failures.is_empty(), "{name}: {} of {} failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {} failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

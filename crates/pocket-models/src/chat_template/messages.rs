@@ -66,7 +66,11 @@ pub struct FunctionCall {
 impl ChatMessage {
     /// A message with plain-text content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: Some(MessageContent::Text(content.into())), ..Self::default() }
+        Self {
+            role: role.into(),
+            content: Some(MessageContent::Text(content.into())),
+            ..Self::default()
+        }
     }
 
     /// A system message.

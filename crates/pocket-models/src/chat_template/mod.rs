@@ -90,14 +90,23 @@ impl ChatTemplate {
         env.set_formatter(|out, _state, value| {
             let mut s = String::new();
             pycompat::py_str(value, &mut s, false);
-            out.write_str(&s).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+            out.write_str(&s)
+                .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
         });
-        env.add_filter("tojson", |v: Value, ensure_ascii: Option<bool>, kw: Kwargs| pycompat::tojson(&v, ensure_ascii, kw));
+        env.add_filter(
+            "tojson",
+            |v: Value, ensure_ascii: Option<bool>, kw: Kwargs| {
+                pycompat::tojson(&v, ensure_ascii, kw)
+            },
+        );
         env.add_filter("string", |v: Value| pycompat::string_filter(&v));
         env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
             let mut s = String::new();
             pycompat::py_str(&msg, &mut s, false);
-            Err(Error::new(ErrorKind::InvalidOperation, format!("{RAISED}{s}")))
+            Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("{RAISED}{s}"),
+            ))
         });
         let now = Arc::new(now);
         env.add_function("strftime_now", move |fmt: String| -> String {
@@ -109,15 +118,26 @@ impl ChatTemplate {
     }
 
     /// Renders typed messages.
-    pub fn render(&self, messages: &[ChatMessage], opts: &RenderOptions) -> Result<String, ChatTemplateError> {
-        let msgs = serde_json::to_value(messages).map_err(|e| ChatTemplateError::Input(e.to_string()))?;
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        opts: &RenderOptions,
+    ) -> Result<String, ChatTemplateError> {
+        let msgs =
+            serde_json::to_value(messages).map_err(|e| ChatTemplateError::Input(e.to_string()))?;
         self.render_json(&msgs, opts)
     }
 
     /// Renders messages given as JSON (a list of message objects, passed through as they are).
-    pub fn render_json(&self, messages: &serde_json::Value, opts: &RenderOptions) -> Result<String, ChatTemplateError> {
+    pub fn render_json(
+        &self,
+        messages: &serde_json::Value,
+        opts: &RenderOptions,
+    ) -> Result<String, ChatTemplateError> {
         if !messages.is_array() {
-            return Err(ChatTemplateError::Input("messages must be a JSON array".into()));
+            return Err(ChatTemplateError::Input(
+                "messages must be a JSON array".into(),
+            ));
         }
         let mut ctx = serde_json::Map::new();
         // transformers passes kwargs (special tokens, extras) first; named arguments win.
@@ -131,10 +151,28 @@ impl ChatTemplate {
             ctx.insert(k.clone(), v.clone());
         }
         ctx.insert("messages".into(), messages.clone());
-        ctx.insert("tools".into(), opts.tools.clone().map(serde_json::Value::from).unwrap_or_default());
-        ctx.insert("documents".into(), opts.documents.clone().map(serde_json::Value::from).unwrap_or_default());
-        ctx.insert("add_generation_prompt".into(), opts.add_generation_prompt.into());
-        let tpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatTemplateError::Render(describe(&e)))?;
+        ctx.insert(
+            "tools".into(),
+            opts.tools
+                .clone()
+                .map(serde_json::Value::from)
+                .unwrap_or_default(),
+        );
+        ctx.insert(
+            "documents".into(),
+            opts.documents
+                .clone()
+                .map(serde_json::Value::from)
+                .unwrap_or_default(),
+        );
+        ctx.insert(
+            "add_generation_prompt".into(),
+            opts.add_generation_prompt.into(),
+        );
+        let tpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
         tpl.render(Value::from_serialize(&ctx)).map_err(|e| {
             let d = describe(&e);
             match find_raised(&e) {
@@ -149,8 +187,18 @@ impl ChatTemplate {
 /// same, so the source passes through unchanged except for `{% generation %}` markers, which
 /// transformers' AssistantTracker turns into plain blocks.
 fn normalize_source(source: &str) -> String {
-    let re = ["{% generation %}", "{%- generation %}", "{% generation -%}", "{%- generation -%}"];
-    let end = ["{% endgeneration %}", "{%- endgeneration %}", "{% endgeneration -%}", "{%- endgeneration -%}"];
+    let re = [
+        "{% generation %}",
+        "{%- generation %}",
+        "{% generation -%}",
+        "{%- generation -%}",
+    ];
+    let end = [
+        "{% endgeneration %}",
+        "{%- endgeneration %}",
+        "{% endgeneration -%}",
+        "{%- endgeneration -%}",
+    ];
     let mut s = source.to_string();
     for (a, b) in re.iter().zip(end.iter()) {
         let ra = a.replace("generation", "if true");

@@ -8,7 +8,11 @@ use minijinja::{Error, ErrorKind, Value};
 
 /// Python's `repr()` of a string.
 fn repr_str(s: &str, out: &mut String) {
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     out.push(quote);
     for c in s.chars() {
         match c {
@@ -133,7 +137,7 @@ fn json_value(v: &Value, st: &JsonStyle, depth: usize, out: &mut String) -> Resu
                 return Ok(());
             }
             if st.sort_keys {
-                keys.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+                keys.sort_by_key(|k| k.to_string());
             }
             out.push('{');
             for (i, k) in keys.iter().enumerate() {
@@ -180,7 +184,11 @@ fn json_value(v: &Value, st: &JsonStyle, depth: usize, out: &mut String) -> Resu
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None,
 /// sort_keys=False)` with Python's default separators.
-pub(crate) fn tojson(v: &Value, ensure_ascii: Option<bool>, kwargs: Kwargs) -> Result<String, Error> {
+pub(crate) fn tojson(
+    v: &Value,
+    ensure_ascii: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<String, Error> {
     let ensure_ascii = match kwargs.get::<Option<bool>>("ensure_ascii")? {
         Some(b) => b,
         None => ensure_ascii.unwrap_or(false),
@@ -199,15 +207,27 @@ pub(crate) fn tojson(v: &Value, ensure_ascii: Option<bool>, kwargs: Kwargs) -> R
         Some(s) if !s.is_none() => {
             let parts: Vec<Value> = s.try_iter()?.collect();
             if parts.len() != 2 {
-                return Err(Error::new(ErrorKind::InvalidOperation, "separators must be a pair"));
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "separators must be a pair",
+                ));
             }
             (parts[0].to_string(), parts[1].to_string())
         }
-        _ => (if indent.is_some() { "," } else { ", " }.to_string(), ": ".to_string()),
+        _ => (
+            if indent.is_some() { "," } else { ", " }.to_string(),
+            ": ".to_string(),
+        ),
     };
     let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
     kwargs.assert_all_used()?;
-    let st = JsonStyle { ensure_ascii, indent, item_sep, key_sep, sort_keys };
+    let st = JsonStyle {
+        ensure_ascii,
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys,
+    };
     let mut out = String::new();
     json_value(v, &st, 0, &mut out)?;
     Ok(out)
@@ -254,14 +274,28 @@ impl DateTime {
         let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
         let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
         let year = yoe + era * 400 + i64::from(month <= 2);
-        Self { year, month, day, hour: (rem / 3600) as u32, minute: (rem / 60 % 60) as u32, second: (rem % 60) as u32 }
+        Self {
+            year,
+            month,
+            day,
+            hour: (rem / 3600) as u32,
+            minute: (rem / 60 % 60) as u32,
+            second: (rem % 60) as u32,
+        }
     }
 
     fn weekday(&self) -> u32 {
         // 0 = Monday; Sakamoto's method gives 0 = Sunday
         let t = [0, 3, 2, 5, 0, 3, 5, 1, 4, 6, 2, 4];
-        let y = if self.month < 3 { self.year - 1 } else { self.year };
-        let w = (y + y.div_euclid(4) - y.div_euclid(100) + y.div_euclid(400) + t[self.month as usize - 1] + self.day as i64)
+        let y = if self.month < 3 {
+            self.year - 1
+        } else {
+            self.year
+        };
+        let w = (y + y.div_euclid(4) - y.div_euclid(100)
+            + y.div_euclid(400)
+            + t[self.month as usize - 1]
+            + self.day as i64)
             .rem_euclid(7) as u32;
         (w + 6) % 7
     }
@@ -275,10 +309,28 @@ impl DateTime {
     /// Formats like Python's `datetime.strftime` (C locale) for the common directives.
     pub fn strftime(&self, fmt: &str) -> String {
         const MONTHS: [&str; 12] = [
-            "January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-            "November", "December",
+            "January",
+            "February",
+            "March",
+            "April",
+            "May",
+            "June",
+            "July",
+            "August",
+            "September",
+            "October",
+            "November",
+            "December",
         ];
-        const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+        const DAYS: [&str; 7] = [
+            "Monday",
+            "Tuesday",
+            "Wednesday",
+            "Thursday",
+            "Friday",
+            "Saturday",
+            "Sunday",
+        ];
         let mut out = String::new();
         let mut chars = fmt.chars();
         while let Some(c) = chars.next() {

@@ -57,31 +57,68 @@ fn check(name: &'static str, v: f32, ok: bool, allowed: &'static str) -> Result<
     if ok && v.is_finite() {
         Ok(())
     } else {
-        Err(SamplingError::OutOfRange { name, value: v.to_string(), allowed })
+        Err(SamplingError::OutOfRange {
+            name,
+            value: v.to_string(),
+            allowed,
+        })
     }
 }
 
 impl SamplingParams {
     /// Greedy decoding (temperature 0).
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, ..Self::default() }
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
     }
 
     /// Checks every field's range; the error names the first offending field.
     pub fn validate(&self) -> Result<(), SamplingError> {
-        check("temperature", self.temperature, (0.0..=2.0).contains(&self.temperature), "0 to 2")?;
-        check("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "greater than 0, at most 1")?;
-        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "0 to 1")?;
+        check(
+            "temperature",
+            self.temperature,
+            (0.0..=2.0).contains(&self.temperature),
+            "0 to 2",
+        )?;
+        check(
+            "top_p",
+            self.top_p,
+            self.top_p > 0.0 && self.top_p <= 1.0,
+            "greater than 0, at most 1",
+        )?;
+        check(
+            "min_p",
+            self.min_p,
+            (0.0..=1.0).contains(&self.min_p),
+            "0 to 1",
+        )?;
         check(
             "repetition_penalty",
             self.repetition_penalty,
             self.repetition_penalty > 0.0 && self.repetition_penalty <= 10.0,
             "greater than 0, at most 10",
         )?;
-        check("presence_penalty", self.presence_penalty, (-2.0..=2.0).contains(&self.presence_penalty), "-2 to 2")?;
-        check("frequency_penalty", self.frequency_penalty, (-2.0..=2.0).contains(&self.frequency_penalty), "-2 to 2")?;
+        check(
+            "presence_penalty",
+            self.presence_penalty,
+            (-2.0..=2.0).contains(&self.presence_penalty),
+            "-2 to 2",
+        )?;
+        check(
+            "frequency_penalty",
+            self.frequency_penalty,
+            (-2.0..=2.0).contains(&self.frequency_penalty),
+            "-2 to 2",
+        )?;
         for &b in self.logit_bias.values() {
-            check("logit_bias", b, (-100.0..=100.0).contains(&b), "-100 to 100 per token")?;
+            check(
+                "logit_bias",
+                b,
+                (-100.0..=100.0).contains(&b),
+                "-100 to 100 per token",
+            )?;
         }
         if self.top_logprobs > 20 {
             return Err(SamplingError::OutOfRange {

@@ -54,29 +54,59 @@ impl Sampler {
 
     /// Applies bias and penalties to `logits` in place, then picks a token. `history` is every
     /// token of the sequence so far (prompt and generated), oldest first.
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> Result<SampledToken, SamplingError> {
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        history: &[u32],
+    ) -> Result<SampledToken, SamplingError> {
         let n = logits.len();
         if n == 0 {
             return Err(SamplingError::NoCandidates);
         }
         for (&id, &b) in &self.params.logit_bias {
-            let slot = logits.get_mut(id as usize).ok_or(SamplingError::BiasTokenOutOfRange { id, vocab: n })?;
+            let slot = logits
+                .get_mut(id as usize)
+                .ok_or(SamplingError::BiasTokenOutOfRange { id, vocab: n })?;
             *slot += b;
         }
         self.apply_penalties(logits, history);
 
         // log-softmax of the processed logits, for the reported log-probabilities
-        let max = logits.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+        let max = logits
+            .iter()
+            .copied()
+            .filter(|x| !x.is_nan())
+            .fold(f32::NEG_INFINITY, f32::max);
         if !max.is_finite() {
             return Err(SamplingError::NoCandidates);
         }
-        let log_z = max + logits.iter().map(|&l| if l.is_nan() { 0.0 } else { ((l - max) as f64).exp() }).sum::<f64>().ln() as f32;
+        let log_z = max
+            + logits
+                .iter()
+                .map(|&l| {
+                    if l.is_nan() {
+                        0.0
+                    } else {
+                        ((l - max) as f64).exp()
+                    }
+                })
+                .sum::<f64>()
+                .ln() as f32;
         let logprob = |l: f32| l - log_z;
 
-        let id = if self.params.is_greedy() { argmax(logits) } else { self.draw(logits)? };
+        let id = if self.params.is_greedy() {
+            argmax(logits)
+        } else {
+            self.draw(logits)?
+        };
         let top_logprobs = if self.params.top_logprobs > 0 {
             let k = self.params.top_logprobs.min(n);
-            let mut c: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
+            let mut c: Vec<(u32, f32)> = logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_nan())
+                .map(|(i, &l)| (i as u32, l))
+                .collect();
             if c.len() > k {
                 c.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
                 c.truncate(k);
@@ -86,7 +116,11 @@ impl Sampler {
         } else {
             Vec::new()
         };
-        Ok(SampledToken { id, logprob: logprob(logits[id as usize]), top_logprobs })
+        Ok(SampledToken {
+            id,
+            logprob: logprob(logits[id as usize]),
+            top_logprobs,
+        })
     }
 
     fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
@@ -103,9 +137,15 @@ impl Sampler {
             *counts.entry(t).or_default() += 1;
         }
         for (&t, &c) in &counts {
-            let Some(l) = logits.get_mut(t as usize) else { continue };
+            let Some(l) = logits.get_mut(t as usize) else {
+                continue;
+            };
             if p.repetition_penalty != 1.0 {
-                *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                *l = if *l > 0.0 {
+                    *l / p.repetition_penalty
+                } else {
+                    *l * p.repetition_penalty
+                };
             }
             *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
         }

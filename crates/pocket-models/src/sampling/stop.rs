@@ -44,7 +44,12 @@ impl StopChecker {
         let mut ids: Vec<u32> = stop_ids.into_iter().collect();
         ids.sort_unstable();
         ids.dedup();
-        Self { stop_ids: ids, stop_strings: stop_strings.into_iter().filter(|s| !s.is_empty()).collect(), pending: String::new(), stopped: false }
+        Self {
+            stop_ids: ids,
+            stop_strings: stop_strings.into_iter().filter(|s| !s.is_empty()).collect(),
+            pending: String::new(),
+            stopped: false,
+        }
     }
 
     /// Whether `id` ends generation.
@@ -55,11 +60,17 @@ impl StopChecker {
     /// Feeds one token and the text it decoded to; returns what to emit and whether to stop.
     pub fn push(&mut self, id: u32, text: &str) -> StopStep {
         if self.stopped {
-            return StopStep { text: String::new(), stop: None };
+            return StopStep {
+                text: String::new(),
+                stop: None,
+            };
         }
         if self.is_stop_token(id) {
             self.stopped = true;
-            return StopStep { text: std::mem::take(&mut self.pending), stop: Some(StopReason::Token(id)) };
+            return StopStep {
+                text: std::mem::take(&mut self.pending),
+                stop: Some(StopReason::Token(id)),
+            };
         }
         self.push_text(text)
     }
@@ -83,7 +94,10 @@ impl StopChecker {
             self.stopped = true;
             let text = self.pending[..pos].to_string();
             self.pending.clear();
-            return StopStep { text, stop: Some(StopReason::String(i)) };
+            return StopStep {
+                text,
+                stop: Some(StopReason::String(i)),
+            };
         }
         let hold = self.held_back_len();
         let emit_to = self.pending.len() - hold;

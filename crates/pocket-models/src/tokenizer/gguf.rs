@@ -13,7 +13,10 @@ impl GgufVocab {
     pub fn from_metadata(md: &GgufMetadata) -> Result<Self, TokenizerError> {
         let opt_u32 = |k: &str| md.get_u32_opt(k).map_err(meta_err);
         let opt_bool = |k: &str| md.get_bool_opt(k).map_err(meta_err);
-        let types = match md.get_array_opt("tokenizer.ggml.token_type").map_err(meta_err)? {
+        let types = match md
+            .get_array_opt("tokenizer.ggml.token_type")
+            .map_err(meta_err)?
+        {
             Some(_) => md
                 .get_int_array("tokenizer.ggml.token_type")
                 .map_err(meta_err)?
@@ -22,18 +25,39 @@ impl GgufVocab {
                 .collect(),
             None => Vec::new(),
         };
-        let scores = match md.get_array_opt("tokenizer.ggml.scores").map_err(meta_err)? {
-            Some(_) => md.get_f32_array("tokenizer.ggml.scores").map_err(meta_err)?.to_vec(),
+        let scores = match md
+            .get_array_opt("tokenizer.ggml.scores")
+            .map_err(meta_err)?
+        {
+            Some(_) => md
+                .get_f32_array("tokenizer.ggml.scores")
+                .map_err(meta_err)?
+                .to_vec(),
             None => Vec::new(),
         };
-        let merges = match md.get_array_opt("tokenizer.ggml.merges").map_err(meta_err)? {
-            Some(_) => md.get_str_array("tokenizer.ggml.merges").map_err(meta_err)?.to_vec(),
+        let merges = match md
+            .get_array_opt("tokenizer.ggml.merges")
+            .map_err(meta_err)?
+        {
+            Some(_) => md
+                .get_str_array("tokenizer.ggml.merges")
+                .map_err(meta_err)?
+                .to_vec(),
             None => Vec::new(),
         };
         Ok(Self {
-            model: md.get_str("tokenizer.ggml.model").map_err(meta_err)?.to_string(),
-            pre: md.get_str_opt("tokenizer.ggml.pre").map_err(meta_err)?.map(str::to_string),
-            tokens: md.get_str_array("tokenizer.ggml.tokens").map_err(meta_err)?.to_vec(),
+            model: md
+                .get_str("tokenizer.ggml.model")
+                .map_err(meta_err)?
+                .to_string(),
+            pre: md
+                .get_str_opt("tokenizer.ggml.pre")
+                .map_err(meta_err)?
+                .map(str::to_string),
+            tokens: md
+                .get_str_array("tokenizer.ggml.tokens")
+                .map_err(meta_err)?
+                .to_vec(),
             token_types: types,
             merges,
             scores,
@@ -45,7 +69,10 @@ impl GgufVocab {
             add_bos_token: opt_bool("tokenizer.ggml.add_bos_token")?,
             add_eos_token: opt_bool("tokenizer.ggml.add_eos_token")?,
             add_space_prefix: opt_bool("tokenizer.ggml.add_space_prefix")?,
-            chat_template: md.get_str_opt("tokenizer.chat_template").map_err(meta_err)?.map(str::to_string),
+            chat_template: md
+                .get_str_opt("tokenizer.chat_template")
+                .map_err(meta_err)?
+                .map(str::to_string),
         })
     }
 }

@@ -21,9 +21,21 @@ fn hf_err(e: impl std::fmt::Display) -> TokenizerError {
 }
 
 impl HfPair {
-    pub(crate) fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
-        let t = if parse_special { &self.parse } else { &self.plain };
-        Ok(t.encode(text, add_special).map_err(hf_err)?.get_ids().to_vec())
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let t = if parse_special {
+            &self.parse
+        } else {
+            &self.plain
+        };
+        Ok(t.encode(text, add_special)
+            .map_err(hf_err)?
+            .get_ids()
+            .to_vec())
     }
 
     pub(crate) fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TokenizerError> {
@@ -47,15 +59,27 @@ fn token_field(cfg: &Value, key: &str) -> Option<String> {
 impl Tokenizer {
     /// Loads `tokenizer.json`, and `tokenizer_config.json` from the same folder when present.
     pub fn from_tokenizer_json(path: &Path) -> Result<Self, TokenizerError> {
-        let read = |p: &Path| std::fs::read(p).map_err(|source| TokenizerError::Io { path: p.to_path_buf(), source });
+        let read = |p: &Path| {
+            std::fs::read(p).map_err(|source| TokenizerError::Io {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
         let json = read(path)?;
         let cfg_path = path.with_file_name("tokenizer_config.json");
-        let cfg = if cfg_path.exists() { Some(read(&cfg_path)?) } else { None };
+        let cfg = if cfg_path.exists() {
+            Some(read(&cfg_path)?)
+        } else {
+            None
+        };
         Self::from_tokenizer_json_bytes(&json, cfg.as_deref())
     }
 
     /// Builds from the bytes of `tokenizer.json` and, optionally, `tokenizer_config.json`.
-    pub fn from_tokenizer_json_bytes(json: &[u8], config: Option<&[u8]>) -> Result<Self, TokenizerError> {
+    pub fn from_tokenizer_json_bytes(
+        json: &[u8],
+        config: Option<&[u8]>,
+    ) -> Result<Self, TokenizerError> {
         let parse = tokenizers::Tokenizer::from_bytes(json).map_err(hf_err)?;
         let mut plain = parse.clone();
         plain.set_encode_special_tokens(true);
@@ -73,8 +97,14 @@ impl Tokenizer {
         let eos_text = token_field(&cfg, "eos_token");
         let bos = bos_text.as_deref().and_then(|t| parse.token_to_id(t));
         let eos = eos_text.as_deref().and_then(|t| parse.token_to_id(t));
-        let add_bos = cfg.get("add_bos_token").and_then(Value::as_bool).unwrap_or(false);
-        let add_eos = cfg.get("add_eos_token").and_then(Value::as_bool).unwrap_or(false);
+        let add_bos = cfg
+            .get("add_bos_token")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let add_eos = cfg
+            .get("add_eos_token")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let mut stop_ids: Vec<u32> = eos.into_iter().collect();
         for t in EOG_TEXTS {
             if let Some(id) = parse.token_to_id(t) {
@@ -95,7 +125,11 @@ impl Tokenizer {
             _ => None,
         };
         Ok(Self {
-            backend: Backend::Hf(Box::new(HfPair { parse, plain, special_ids })),
+            backend: Backend::Hf(Box::new(HfPair {
+                parse,
+                plain,
+                special_ids,
+            })),
             bos,
             eos,
             eot: None,

@@ -22,8 +22,8 @@
 //! ```
 
 mod bpe;
-mod gguf;
 mod bytes_unicode;
+mod gguf;
 mod hf;
 mod pretokenize;
 mod spm;
@@ -116,13 +116,23 @@ impl Tokenizer {
         let vt = VocabTokenizer::new(v)?;
         let n = vt.tokens.len() as u32;
         let valid = |id: Option<u32>| id.filter(|&i| i < n);
-        let (bos, eos, eot) = (valid(v.bos_token_id), valid(v.eos_token_id), valid(v.eot_token_id));
-        let add_bos = v.add_bos_token.unwrap_or(vt.model == VocabModel::SentencePiece) && bos.is_some();
+        let (bos, eos, eot) = (
+            valid(v.bos_token_id),
+            valid(v.eos_token_id),
+            valid(v.eot_token_id),
+        );
+        let add_bos = v
+            .add_bos_token
+            .unwrap_or(vt.model == VocabModel::SentencePiece)
+            && bos.is_some();
         let add_eos = v.add_eos_token.unwrap_or(false) && eos.is_some();
         let mut stop_ids: Vec<u32> = [eos, eot].into_iter().flatten().collect();
         for t in EOG_TEXTS {
             if let Some(&id) = vt.token_to_id.get(*t) {
-                if matches!(vt.types[id as usize], TokenType::Control | TokenType::UserDefined) {
+                if matches!(
+                    vt.types[id as usize],
+                    TokenType::Control | TokenType::UserDefined
+                ) {
                     stop_ids.push(id);
                 }
             }
@@ -146,7 +156,12 @@ impl Tokenizer {
 
     /// Encodes text to ids. `add_special` adds BOS/EOS as the model asks; `parse_special` turns
     /// control-token text (e.g. `<|im_start|>`) into those tokens instead of plain text.
-    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
         match &self.backend {
             Backend::Vocab(vt) => {
                 let mut out = Vec::with_capacity(text.len() / 3 + 2);
@@ -184,7 +199,12 @@ impl Tokenizer {
     }
 
     /// Appends the raw bytes of one token (GGUF vocabularies only; `None` for tokenizer.json).
-    pub(crate) fn append_token_bytes(&self, id: u32, special: bool, out: &mut Vec<u8>) -> Result<bool, TokenizerError> {
+    pub(crate) fn append_token_bytes(
+        &self,
+        id: u32,
+        special: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, TokenizerError> {
         match &self.backend {
             Backend::Vocab(vt) => vt.token_bytes(id, special, out).map(|_| true),
             Backend::Hf(_) => Ok(false),
@@ -194,7 +214,10 @@ impl Tokenizer {
     /// SentencePiece decoding drops the dummy-prefix space of the first piece.
     pub(crate) fn strip_first_space(&self, bytes: &mut Vec<u8>, start: usize) {
         if let Backend::Vocab(vt) = &self.backend {
-            if vt.model == VocabModel::SentencePiece && vt.add_space_prefix && bytes.get(start) == Some(&b' ') {
+            if vt.model == VocabModel::SentencePiece
+                && vt.add_space_prefix
+                && bytes.get(start) == Some(&b' ')
+            {
                 bytes.remove(start);
             }
         }
@@ -239,7 +262,10 @@ impl Tokenizer {
     /// Whether a token is a control/special token (never part of ordinary text).
     pub fn is_special(&self, id: u32) -> bool {
         match &self.backend {
-            Backend::Vocab(vt) => matches!(vt.types.get(id as usize), Some(TokenType::Control | TokenType::Unknown)),
+            Backend::Vocab(vt) => matches!(
+                vt.types.get(id as usize),
+                Some(TokenType::Control | TokenType::Unknown)
+            ),
             Backend::Hf(t) => t.is_special(id),
         }
     }

@@ -29,40 +29,52 @@ pub struct PreTokenizer {
 
 /// Returns the regex list and `ignore_merges` for a `tokenizer.ggml.pre` name.
 fn patterns(name: &str) -> Option<(Vec<&'static str>, bool)> {
-    let p = match name {
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" => (vec![LLAMA3], true),
-        "dbrx" | "smaug-bpe" | "chatglm-bpe" | "glm4" => (vec![LLAMA3], false),
-        "deepseek-llm" => (
-            vec![
-                "[\r\n]",
-                DEEPSEEK_LLM_LETTERS,
-                DEEPSEEK_LLM_PUNCT,
-                r"\s+$",
-                CJK_HANGUL,
-                r"\p{N}+",
-            ],
-            false,
-        ),
-        "deepseek-v3" | "hunyuan-dense" => (vec![r"\p{N}{1,3}", DEEPSEEK3_CJK, DEEPSEEK3_WORDS], false),
-        "deepseek-coder" => (vec!["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK_HANGUL, r"\p{N}"], false),
-        "falcon" => (vec![r"[\p{P}\$\+<=>\^~\|`]+", GPT2_WORDS, "[0-9][0-9][0-9]"], false),
-        "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b" => {
-            (vec![r"\p{N}", GPT2_WORDS], false)
-        }
-        "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v1-en" | "jina-v2-es"
-        | "jina-v2-de" | "jina-v2-code" | "roberta-bpe" | "mpt" | "olmo" | "jais" | "trillion"
-        | "granite-docling" => (vec![GPT2_WORDS], false),
-        "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" | "grok-2" | "qwen3" => {
-            (vec![QWEN2], false)
-        }
-        "qwen35" => (vec![QWEN35], false),
-        "default" => (
-            vec![r"[\p{P}\$\+<=>\^~\|]+", GPT2_WORDS, r"\p{N}+", "[0-9][0-9][0-9]"],
-            false,
-        ),
-        _ => return None,
-    };
+    let p =
+        match name {
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
+            | "midm-2.0" | "lfm2" => (vec![LLAMA3], true),
+            "dbrx" | "smaug-bpe" | "chatglm-bpe" | "glm4" => (vec![LLAMA3], false),
+            "deepseek-llm" => (
+                vec![
+                    "[\r\n]",
+                    DEEPSEEK_LLM_LETTERS,
+                    DEEPSEEK_LLM_PUNCT,
+                    r"\s+$",
+                    CJK_HANGUL,
+                    r"\p{N}+",
+                ],
+                false,
+            ),
+            "deepseek-v3" | "hunyuan-dense" => {
+                (vec![r"\p{N}{1,3}", DEEPSEEK3_CJK, DEEPSEEK3_WORDS], false)
+            }
+            "deepseek-coder" => (
+                vec!["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK_HANGUL, r"\p{N}"],
+                false,
+            ),
+            "falcon" => (
+                vec![r"[\p{P}\$\+<=>\^~\|`]+", GPT2_WORDS, "[0-9][0-9][0-9]"],
+                false,
+            ),
+            "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
+            | "minerva-7b" => (vec![r"\p{N}", GPT2_WORDS], false),
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v1-en"
+            | "jina-v2-es" | "jina-v2-de" | "jina-v2-code" | "roberta-bpe" | "mpt" | "olmo"
+            | "jais" | "trillion" | "granite-docling" => (vec![GPT2_WORDS], false),
+            "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" | "grok-2"
+            | "qwen3" => (vec![QWEN2], false),
+            "qwen35" => (vec![QWEN35], false),
+            "default" => (
+                vec![
+                    r"[\p{P}\$\+<=>\^~\|]+",
+                    GPT2_WORDS,
+                    r"\p{N}+",
+                    "[0-9][0-9][0-9]",
+                ],
+                false,
+            ),
+            _ => return None,
+        };
     Some(p)
 }
 
@@ -79,7 +91,11 @@ impl PreTokenizer {
                 Regex::new(p).map_err(|e| TokenizerError::Regex(format!("{name}: {p:?}: {e:?}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { name: name.to_string(), regexes, ignore_merges })
+        Ok(Self {
+            name: name.to_string(),
+            regexes,
+            ignore_merges,
+        })
     }
 
     /// The pre-tokenizer's name as given in the metadata.
@@ -94,7 +110,11 @@ impl PreTokenizer {
 
     /// Splits `text` into words (byte ranges into `text`).
     pub fn split<'a>(&self, text: &'a str) -> Result<Vec<&'a str>, TokenizerError> {
-        let mut pieces: Vec<&'a str> = if text.is_empty() { Vec::new() } else { vec![text] };
+        let mut pieces: Vec<&'a str> = if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![text]
+        };
         for re in &self.regexes {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for piece in pieces {

@@ -34,7 +34,9 @@ impl PartialOrd for Bigram {
 impl Ord for Bigram {
     // max-heap: higher score first, then lower left index
     fn cmp(&self, o: &Self) -> Ordering {
-        self.score.total_cmp(&o.score).then_with(|| o.left.cmp(&self.left))
+        self.score
+            .total_cmp(&o.score)
+            .then_with(|| o.left.cmp(&self.left))
     }
 }
 
@@ -53,7 +55,12 @@ pub(crate) fn encode(text: &str, v: &SpmVocab<'_>, out: &mut Vec<u32>) {
     }
     let mut syms: Vec<Sym> = Vec::new();
     for (i, (start, c)) in text.char_indices().enumerate() {
-        syms.push(Sym { start, len: c.len_utf8(), prev: if i == 0 { NIL } else { i - 1 }, next: i + 1 });
+        syms.push(Sym {
+            start,
+            len: c.len_utf8(),
+            prev: if i == 0 { NIL } else { i - 1 },
+            next: i + 1,
+        });
     }
     let n = syms.len();
     syms[n - 1].next = NIL;
@@ -65,7 +72,12 @@ pub(crate) fn encode(text: &str, v: &SpmVocab<'_>, out: &mut Vec<u32>) {
         let piece = &text[syms[l].start..syms[r].start + syms[r].len];
         if let Some(&id) = v.token_to_id.get(piece) {
             let score = v.scores.get(id as usize).copied().unwrap_or(0.0);
-            heap.push(Bigram { left: l, right: r, score, size: piece.len() });
+            heap.push(Bigram {
+                left: l,
+                right: r,
+                score,
+                size: piece.len(),
+            });
         }
     };
     for i in 1..n {

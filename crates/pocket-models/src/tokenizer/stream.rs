@@ -34,16 +34,25 @@ pub struct StreamDecoder {
 impl StreamDecoder {
     /// A new decoder; `skip_special` drops control tokens from the text.
     pub fn new(skip_special: bool) -> Self {
-        Self { skip_special, ..Self::default() }
+        Self {
+            skip_special,
+            ..Self::default()
+        }
     }
 
     /// Adds one token and returns the text that became complete (possibly empty).
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<String, TokenizerError> {
         if let Some(hf) = tok.hf() {
             self.ids.push(id);
-            let prefix = hf.decode(&self.ids[self.prefix_offset..self.read_offset], self.skip_special)?;
+            let prefix = hf.decode(
+                &self.ids[self.prefix_offset..self.read_offset],
+                self.skip_special,
+            )?;
             let full = hf.decode(&self.ids[self.prefix_offset..], self.skip_special)?;
-            if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') && full.is_char_boundary(prefix.len()) {
+            if full.len() > prefix.len()
+                && !full.ends_with('\u{FFFD}')
+                && full.is_char_boundary(prefix.len())
+            {
                 let delta = full[prefix.len()..].to_string();
                 self.prefix_offset = self.read_offset;
                 self.read_offset = self.ids.len();
@@ -63,7 +72,10 @@ impl StreamDecoder {
     /// Ends the stream: whatever is still held back is returned (broken bytes as U+FFFD).
     pub fn finish(&mut self, tok: &Tokenizer) -> Result<String, TokenizerError> {
         if let Some(hf) = tok.hf() {
-            let prefix = hf.decode(&self.ids[self.prefix_offset..self.read_offset], self.skip_special)?;
+            let prefix = hf.decode(
+                &self.ids[self.prefix_offset..self.read_offset],
+                self.skip_special,
+            )?;
             let full = hf.decode(&self.ids[self.prefix_offset..], self.skip_special)?;
             self.prefix_offset = self.ids.len();
             self.read_offset = self.ids.len();

@@ -39,7 +39,9 @@ impl VocabTokenizer {
         let model = VocabModel::from_gguf_name(&v.model)
             .ok_or_else(|| TokenizerError::UnsupportedModel(v.model.clone()))?;
         if v.tokens.is_empty() {
-            return Err(TokenizerError::InvalidVocab("tokenizer.ggml.tokens is empty".into()));
+            return Err(TokenizerError::InvalidVocab(
+                "tokenizer.ggml.tokens is empty".into(),
+            ));
         }
         let n = v.tokens.len();
         if !v.token_types.is_empty() && v.token_types.len() != n {
@@ -49,12 +51,18 @@ impl VocabTokenizer {
             )));
         }
         if !v.scores.is_empty() && v.scores.len() != n {
-            return Err(TokenizerError::InvalidVocab(format!("{} scores for {n} tokens", v.scores.len())));
+            return Err(TokenizerError::InvalidVocab(format!(
+                "{} scores for {n} tokens",
+                v.scores.len()
+            )));
         }
         let types: Vec<TokenType> = if v.token_types.is_empty() {
             vec![TokenType::Normal; n]
         } else {
-            v.token_types.iter().map(|&c| TokenType::from_code(c)).collect()
+            v.token_types
+                .iter()
+                .map(|&c| TokenType::from_code(c))
+                .collect()
         };
         let mut token_to_id = HashMap::with_capacity(n);
         for (i, t) in v.tokens.iter().enumerate() {
@@ -68,7 +76,9 @@ impl VocabTokenizer {
                 merges.reserve(v.merges.len());
                 for (rank, m) in v.merges.iter().enumerate() {
                     let Some((l, r)) = m.split_once(' ') else {
-                        return Err(TokenizerError::InvalidVocab(format!("merge {rank} has no space: {m:?}")));
+                        return Err(TokenizerError::InvalidVocab(format!(
+                            "merge {rank} has no space: {m:?}"
+                        )));
                     };
                     let (Some(&li), Some(&ri)) = (token_to_id.get(l), token_to_id.get(r)) else {
                         continue;
@@ -88,11 +98,18 @@ impl VocabTokenizer {
         }
         let mut specials: Vec<u32> = (0..n as u32)
             .filter(|&i| {
-                matches!(types[i as usize], TokenType::Control | TokenType::UserDefined | TokenType::Unknown)
-                    && !v.tokens[i as usize].is_empty()
+                matches!(
+                    types[i as usize],
+                    TokenType::Control | TokenType::UserDefined | TokenType::Unknown
+                ) && !v.tokens[i as usize].is_empty()
             })
             .collect();
-        specials.sort_by(|&a, &b| v.tokens[b as usize].len().cmp(&v.tokens[a as usize].len()).then(a.cmp(&b)));
+        specials.sort_by(|&a, &b| {
+            v.tokens[b as usize]
+                .len()
+                .cmp(&v.tokens[a as usize].len())
+                .then(a.cmp(&b))
+        });
         let unk = v.unknown_token_id.filter(|&u| (u as usize) < n);
         Ok(Self {
             model,
@@ -104,21 +121,30 @@ impl VocabTokenizer {
             pre,
             specials,
             byte_tokens,
-            add_space_prefix: v.add_space_prefix.unwrap_or(model == VocabModel::SentencePiece),
+            add_space_prefix: v
+                .add_space_prefix
+                .unwrap_or(model == VocabModel::SentencePiece),
             unk,
         })
     }
 
     /// Splits text at special tokens: user-defined always, control/unknown when `parse_special`.
     fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
-        let mut frags = if text.is_empty() { Vec::new() } else { vec![Fragment::Text(text)] };
+        let mut frags = if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![Fragment::Text(text)]
+        };
         for &id in &self.specials {
             let ty = self.types[id as usize];
             if !parse_special && matches!(ty, TokenType::Control | TokenType::Unknown) {
                 continue;
             }
             let pat = self.tokens[id as usize].as_str();
-            if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(pat))) {
+            if !frags
+                .iter()
+                .any(|f| matches!(f, Fragment::Text(t) if t.contains(pat)))
+            {
                 continue;
             }
             let mut next = Vec::with_capacity(frags.len() + 2);
@@ -146,7 +172,12 @@ impl VocabTokenizer {
     }
 
     /// Tokenizes `text` without BOS/EOS.
-    pub(crate) fn encode(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        parse_special: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
         let frags = self.partition(text, parse_special);
         let mut prev_special = true;
         for f in frags {
@@ -205,8 +236,16 @@ impl VocabTokenizer {
     }
 
     /// Appends the bytes a token stands for; control tokens only when `special`.
-    pub(crate) fn token_bytes(&self, id: u32, special: bool, out: &mut Vec<u8>) -> Result<(), TokenizerError> {
-        let text = self.tokens.get(id as usize).ok_or(TokenizerError::UnknownId(id))?;
+    pub(crate) fn token_bytes(
+        &self,
+        id: u32,
+        special: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), TokenizerError> {
+        let text = self
+            .tokens
+            .get(id as usize)
+            .ok_or(TokenizerError::UnknownId(id))?;
         match self.types[id as usize] {
             TokenType::Control | TokenType::Unknown => {
                 if special {
@@ -216,7 +255,11 @@ impl VocabTokenizer {
             TokenType::Unused => {}
             TokenType::UserDefined => out.extend_from_slice(text.as_bytes()),
             TokenType::Byte if self.model == VocabModel::SentencePiece => {
-                match text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                match text
+                    .strip_prefix("<0x")
+                    .and_then(|h| h.strip_suffix('>'))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
                     Some(b) => out.push(b),
                     None => out.extend_from_slice(text.as_bytes()),
                 }
