@@ -1,0 +1,137 @@
+//! Test helpers: start a server on a loopback port and talk HTTP/1.1 to it with hyper's client.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use pocket_server::fake::{FakeBackend, FakeConfig};
+use pocket_server::{Server, ServerConfig, ServerHandle};
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+/// A running test server and its backend.
+pub struct TestServer {
+    pub handle: ServerHandle,
+    pub backend: FakeBackend,
+}
+
+impl TestServer {
+    /// The backend's counters, after in-flight cancellations settle.
+    pub fn backend_stats(&self) -> pocket_server::BackendStats {
+        use pocket_server::InferenceBackend;
+        for _ in 0..200 {
+            let st = self.backend.stats();
+            if st.running == 0 && st.queued == 0 && st.cache_blocks_used == 0 {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.backend.stats()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+/// Starts a fake-backed server on 127.0.0.1 with a free port.
+pub async fn start(fake: FakeConfig, config: ServerConfig) -> TestServer {
+    let backend = FakeBackend::new(fake);
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = Server::bind(addr, Arc::new(backend.clone()), config)
+        .await
+        .expect("bind");
+    TestServer {
+        handle: server.spawn().expect("spawn"),
+        backend,
+    }
+}
+
+/// Opens one connection and sends one request.
+pub async fn send(addr: SocketAddr, req: Request<Full<Bytes>>) -> Response<Incoming> {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    sender.send_request(req).await.expect("send")
+}
+
+/// Builds a request with an optional JSON body and bearer key.
+pub fn request(
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    key: Option<&str>,
+) -> Request<Full<Bytes>> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost");
+    if body.is_some() {
+        b = b.header("content-type", "application/json");
+    }
+    if let Some(k) = key {
+        b = b.header("authorization", format!("Bearer {k}"));
+    }
+    b.body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
+        .unwrap()
+}
+
+/// Sends and returns the status and the body parsed as JSON (or as a string when not JSON).
+pub async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    key: Option<&str>,
+) -> (u16, Value) {
+    let resp = send(addr, request(method, path, body, key)).await;
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, v)
+}
+
+/// POSTs JSON without a key.
+pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    call(addr, "POST", path, Some(&body.to_string()), None).await
+}
+
+/// Streams a POST and returns every SSE `data:` payload in order (including `[DONE]`).
+pub async fn stream(addr: SocketAddr, path: &str, body: &Value) -> (u16, Vec<String>) {
+    let resp = send(addr, request("POST", path, Some(&body.to_string()), None)).await;
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, sse_events(&String::from_utf8_lossy(&bytes)))
+}
+
+/// Splits an SSE text into its `data:` payloads.
+pub fn sse_events(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `f` holds, up to `within`.
+pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    f()
+}
