@@ -1,0 +1,17 @@
+//! Benchmarks for PocketLLM: synthetic random-weight models at real shapes (GGUF that llama.cpp
+//! loads, safetensors BF16/FP8/NVFP4), end-to-end runs with medians after warm-up, run records
+//! (JSON + markdown), reports, llama-bench side by side, and the bandwidth roofline.
+
+pub mod blocks;
+pub mod error;
+pub mod layout;
+pub mod mix;
+pub mod preset;
+pub mod rng;
+pub mod stream;
+pub mod synth;
+pub mod synth_gguf;
+pub mod synth_st;
+pub mod vocab;
+
+pub use error::{BenchError, Result};
