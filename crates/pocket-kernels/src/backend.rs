@@ -4,8 +4,11 @@
 //! as a CUDA graph. Activations are batch-first: `[tokens, features]`. Each op validates shapes
 //! and devices and returns [`crate::KernelError`] on a mismatch; none panics.
 
+use crate::recurrent::{DeltaRuleParams, RecurrentMeta};
 use crate::rope::DeviceRope;
-use crate::{AttentionMeta, AttentionParams, DType, HostBytes, Result, Tensor, Weight};
+use crate::{
+    AttentionMeta, AttentionParams, DType, HostBytes, KernelError, Result, Tensor, Weight,
+};
 use pocket_quant::QuantFormat;
 
 /// A compute backend (CPU, CUDA). Model code reaches it through [`crate::Device`].
@@ -106,4 +109,107 @@ pub trait Backend: Send + Sync {
     /// Copies rows `src_rows[i]` of `src` (`[m, d]`) to row `i` of `out` (`[n, d]`); used to keep
     /// only the last token of each sequence before the output projection.
     fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()>;
+
+    // ---- recurrent (Gated DeltaNet) ops --------------------------------------------------
+    // Default bodies report `Unsupported`, so a backend compiles before it implements them.
+    // Shapes and the varlen/state-slot convention are described in [`crate::recurrent`].
+
+    /// Depthwise causal conv1d of each sequence's rows of `x` (`[n, C]`) with `weight`
+    /// (`[C, K]` f32), continuing from the sequence's window in `conv_state`
+    /// (`[slots, K - 1, C]`), followed by SiLU; writes `out` (`[n, C]`) and the new window.
+    fn causal_conv1d_silu(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        conv_state: &mut Tensor,
+        meta: &RecurrentMeta,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (x, weight, conv_state, meta, out);
+        Err(unsupported(self, "causal_conv1d_silu"))
+    }
+
+    /// Delta-rule gates: `g = a_neg[h] * softplus(alpha + dt_bias[h])` (log-space decay) and
+    /// `beta = sigmoid(b)`, for `alpha`, `b`, `g`, `beta` `[n, H]` and `a_neg`, `dt_bias` `[H]`.
+    fn delta_gates(
+        &self,
+        alpha: &Tensor,
+        b: &Tensor,
+        a_neg: &Tensor,
+        dt_bias: &Tensor,
+        g: &mut Tensor,
+        beta: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (alpha, b, a_neg, dt_bias, g, beta);
+        Err(unsupported(self, "delta_gates"))
+    }
+
+    /// The gated delta rule over whole sequences in chunks (prefill): `qkv` `[n, qkv_width]`
+    /// (`[q | k | v]`, q and k L2-normalised inside), `g`, `beta` `[n, v_heads]`, `state`
+    /// `[slots, v_heads, k_dim, v_dim]` read and written per sequence; writes `out`
+    /// `[n, v_heads * v_dim]`.
+    fn gated_delta_rule_chunked(
+        &self,
+        qkv: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &mut Tensor,
+        meta: &RecurrentMeta,
+        params: &DeltaRuleParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (qkv, g, beta, state, meta, params, out);
+        Err(unsupported(self, "gated_delta_rule_chunked"))
+    }
+
+    /// The same contract as [`Backend::gated_delta_rule_chunked`], token by token (decode).
+    fn gated_delta_rule_recurrent(
+        &self,
+        qkv: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &mut Tensor,
+        meta: &RecurrentMeta,
+        params: &DeltaRuleParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (qkv, g, beta, state, meta, params, out);
+        Err(unsupported(self, "gated_delta_rule_recurrent"))
+    }
+
+    /// `out = x / rms(x) * weight * silu(gate)` over rows of `weight.len()`; `x`, `gate` and
+    /// `out` have one element count.
+    fn gated_rms_norm(
+        &self,
+        x: &Tensor,
+        gate: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (x, gate, weight, eps, out);
+        Err(unsupported(self, "gated_rms_norm"))
+    }
+
+    /// Splits each row of `x` (`[rows, 2d]`) into its halves: `first`, `second` `[rows, d]`
+    /// (Qwen3.5's per-head `[query | gate]` projection rows).
+    fn split_halves(&self, x: &Tensor, first: &mut Tensor, second: &mut Tensor) -> Result<()> {
+        let _ = (x, first, second);
+        Err(unsupported(self, "split_halves"))
+    }
+
+    /// `x *= sigmoid(gate)`, elementwise (same element count).
+    fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
+        let _ = (x, gate);
+        Err(unsupported(self, "sigmoid_mul"))
+    }
+}
+
+/// The error a backend returns for a recurrent op it does not implement yet.
+fn unsupported<B: Backend + ?Sized>(b: &B, op: &'static str) -> KernelError {
+    KernelError::Unsupported {
+        op,
+        device: b.name(),
+        what: "this op".into(),
+    }
 }

@@ -1,6 +1,8 @@
 //! The CPU backend: ops over host tensors, matmul through pocket-quant, parallel over rayon.
 
 mod attention;
+mod delta_rule;
+mod deltanet;
 mod elementwise;
 mod host;
 mod matmul;
@@ -8,6 +10,7 @@ mod matmul;
 use pocket_quant::QuantFormat;
 
 use crate::error::shape_err;
+use crate::recurrent::{DeltaRuleParams, RecurrentMeta};
 use crate::rope::DeviceRope;
 use crate::tensor::{HostData, Storage};
 use crate::{
@@ -245,5 +248,73 @@ impl Backend for CpuBackend {
 
     fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()> {
         elementwise::gather_rows(src, src_rows, out)
+    }
+
+    fn causal_conv1d_silu(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        conv_state: &mut Tensor,
+        meta: &RecurrentMeta,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        deltanet::causal_conv1d_silu(x, weight, conv_state, meta, out)
+    }
+
+    fn delta_gates(
+        &self,
+        alpha: &Tensor,
+        b: &Tensor,
+        a_neg: &Tensor,
+        dt_bias: &Tensor,
+        g: &mut Tensor,
+        beta: &mut Tensor,
+    ) -> Result<()> {
+        deltanet::delta_gates(alpha, b, a_neg, dt_bias, g, beta)
+    }
+
+    fn gated_delta_rule_chunked(
+        &self,
+        qkv: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &mut Tensor,
+        meta: &RecurrentMeta,
+        params: &DeltaRuleParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        delta_rule::gated_delta_rule_chunked(qkv, g, beta, state, meta, params, out)
+    }
+
+    fn gated_delta_rule_recurrent(
+        &self,
+        qkv: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &mut Tensor,
+        meta: &RecurrentMeta,
+        params: &DeltaRuleParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        delta_rule::gated_delta_rule_recurrent(qkv, g, beta, state, meta, params, out)
+    }
+
+    fn gated_rms_norm(
+        &self,
+        x: &Tensor,
+        gate: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        deltanet::gated_rms_norm(x, gate, weight, eps, out)
+    }
+
+    fn split_halves(&self, x: &Tensor, first: &mut Tensor, second: &mut Tensor) -> Result<()> {
+        deltanet::split_halves(x, first, second)
+    }
+
+    fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
+        deltanet::sigmoid_mul(x, gate)
     }
 }
