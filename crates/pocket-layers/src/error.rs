@@ -8,6 +8,9 @@ pub enum LayerError {
     /// A device op failed.
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    /// A checkpoint file could not be read.
+    #[error(transparent)]
+    Format(#[from] pocket_formats::FormatError),
     /// A quantized-format error.
     #[error(transparent)]
     Quant(#[from] pocket_quant::QuantError),

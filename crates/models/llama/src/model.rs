@@ -1,0 +1,241 @@
+//! The family's forward pass, written once against pocket-layers for every format and device.
+
+use std::sync::Arc;
+
+use pocket_formats::{StoreMetadata, TensorStore};
+use pocket_kernels::rope::DeviceRope;
+use pocket_kernels::{AttentionParams, Device, RopeTable, Tensor, Weight};
+use pocket_layers::scratch::{fit, workspace};
+use pocket_layers::{
+    Attention, AttentionScratch, BatchPlan, BatchTensors, KvCache, LayerError, Linear, Mlp,
+    MlpScratch, Model, ModelInfo, Result, RmsNorm,
+};
+
+use crate::config::LlamaConfig;
+use crate::load::{Loader, Part};
+
+/// Options that shape a load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Longest sequence the engine will run (sizes the RoPE table); capped at the model's context.
+    pub max_seq_len: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { max_seq_len: 8192 }
+    }
+}
+
+/// One transformer block.
+struct Block {
+    attn_norm: RmsNorm,
+    attn: Attention,
+    ffn_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// Activations reused across steps.
+struct Workspace {
+    batch: BatchTensors,
+    hidden: Tensor,
+    normed: Tensor,
+    delta: Tensor,
+    last: Tensor,
+    logits: Tensor,
+    attn: AttentionScratch,
+    mlp: MlpScratch,
+}
+
+/// A loaded Llama / Qwen2 / Qwen3 / SmolLM2 model.
+pub struct LlamaModel {
+    config: LlamaConfig,
+    info: ModelInfo,
+    dev: Device,
+    embed: Weight,
+    lm_head: Option<Weight>,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    rope: DeviceRope,
+    ws: Workspace,
+    _store: Arc<TensorStore>,
+}
+
+impl LlamaModel {
+    /// Loads a model of the family from a GGUF file or a safetensors checkpoint with its
+    /// `config.json`, placing the weights on `dev`.
+    pub fn load(store: Arc<TensorStore>, dev: &Device, opts: LoadOptions) -> Result<LlamaModel> {
+        let ld = Loader::new(store.clone(), dev.clone());
+        let (embed_name, norm_name, out_name) = ld.global_names();
+        let config = match store.metadata() {
+            StoreMetadata::Gguf(md) => {
+                let rows = ld.shape(embed_name)?.first().copied().unwrap_or(0);
+                LlamaConfig::from_gguf(md, rows)?
+            }
+            StoreMetadata::Safetensors { config, .. } => {
+                let c = config
+                    .ok_or_else(|| LayerError::Config("checkpoint has no config.json".into()))?;
+                LlamaConfig::from_hf(c)?
+            }
+        };
+        let c = &config;
+        let (h, qw, kw) = (
+            c.hidden_size,
+            c.num_heads * c.head_dim,
+            c.num_kv_heads * c.head_dim,
+        );
+        let embed = ld.weight(embed_name, c.vocab_size, h)?;
+        let lm_head = if ld.contains(out_name) {
+            Some(ld.weight(out_name, c.vocab_size, h)?)
+        } else {
+            None
+        };
+        let params = AttentionParams {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            sliding_window: None,
+            softcap: None,
+        };
+        let norm = |name: String, len| -> Result<RmsNorm> {
+            Ok(RmsNorm::new(ld.vector(&name, len)?, c.rms_norm_eps))
+        };
+        let linear = |l, part, rows, cols, bias: bool| -> Result<Linear> {
+            let w = ld.weight(&ld.layer_name(l, part, false), rows, cols)?;
+            let b = if bias {
+                Some(ld.vector(&ld.layer_name(l, part, true), rows)?)
+            } else {
+                None
+            };
+            Linear::new(w, b)
+        };
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let attn = Attention {
+                q: linear(l, Part::Q, qw, h, c.qkv_bias)?,
+                k: linear(l, Part::K, kw, h, c.qkv_bias)?,
+                v: linear(l, Part::V, kw, h, c.qkv_bias)?,
+                o: linear(l, Part::O, h, qw, false)?,
+                q_norm: if c.qk_norm {
+                    Some(norm(ld.layer_name(l, Part::QNorm, false), c.head_dim)?)
+                } else {
+                    None
+                },
+                k_norm: if c.qk_norm {
+                    Some(norm(ld.layer_name(l, Part::KNorm, false), c.head_dim)?)
+                } else {
+                    None
+                },
+                params,
+                cache_layer: l,
+            };
+            attn.validate()?;
+            let ff = c.intermediate_size;
+            blocks.push(Block {
+                attn_norm: norm(ld.layer_name(l, Part::AttnNorm, false), h)?,
+                attn,
+                ffn_norm: norm(ld.layer_name(l, Part::FfnNorm, false), h)?,
+                mlp: Mlp {
+                    gate: linear(l, Part::Gate, ff, h, false)?,
+                    up: linear(l, Part::Up, ff, h, false)?,
+                    down: linear(l, Part::Down, h, ff, false)?,
+                },
+            });
+        }
+        let max_pos = opts.max_seq_len.min(c.max_context).max(1);
+        let rope = dev.upload_rope(&RopeTable::new(c.rope, max_pos))?;
+        let info = ModelInfo {
+            architecture: c.variant.name().to_string(),
+            vocab_size: c.vocab_size,
+            hidden_size: h,
+            num_layers: c.num_layers,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            max_context: max_pos,
+        };
+        let rows = 16;
+        let ws = Workspace {
+            batch: BatchTensors::new(dev)?,
+            hidden: workspace(dev, rows, h)?,
+            normed: workspace(dev, rows, h)?,
+            delta: workspace(dev, rows, h)?,
+            last: workspace(dev, rows, h)?,
+            logits: workspace(dev, rows, c.vocab_size)?,
+            attn: AttentionScratch::new(dev, rows, &params)?,
+            mlp: MlpScratch::new(dev, rows, c.intermediate_size)?,
+        };
+        Ok(LlamaModel {
+            norm: norm(norm_name.to_string(), h)?,
+            config,
+            info,
+            dev: dev.clone(),
+            embed,
+            lm_head,
+            blocks,
+            rope,
+            ws,
+            _store: store,
+        })
+    }
+
+    /// The configuration read from the checkpoint.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+}
+
+impl Model for LlamaModel {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    fn forward(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<&Tensor> {
+        let dev = &self.dev;
+        let ws = &mut self.ws;
+        let (n, s) = (plan.num_tokens(), plan.num_seqs());
+        if n == 0 {
+            return Err(LayerError::Shape("empty batch".into()));
+        }
+        ws.batch.upload(dev, plan)?;
+        for t in [&mut ws.hidden, &mut ws.normed, &mut ws.delta] {
+            fit(dev, t, n)?;
+        }
+        dev.embedding(&self.embed, &ws.batch.ids, &mut ws.hidden)?;
+        self.blocks[0]
+            .attn_norm
+            .forward(dev, &ws.hidden, &mut ws.normed)?;
+        for (l, b) in self.blocks.iter().enumerate() {
+            b.attn.forward(
+                dev,
+                &ws.normed,
+                &ws.batch,
+                &self.rope,
+                cache,
+                &mut ws.attn,
+                &mut ws.delta,
+            )?;
+            b.ffn_norm
+                .add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
+            b.mlp.forward(dev, &ws.normed, &mut ws.mlp, &mut ws.delta)?;
+            let next = self
+                .blocks
+                .get(l + 1)
+                .map_or(&self.norm, |nb| &nb.attn_norm);
+            next.add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
+        }
+        fit(dev, &mut ws.last, s)?;
+        fit(dev, &mut ws.logits, s)?;
+        dev.gather_rows(&ws.normed, &ws.batch.last_rows, &mut ws.last)?;
+        dev.matmul(
+            &ws.last,
+            self.lm_head.as_ref().unwrap_or(&self.embed),
+            &mut ws.logits,
+        )?;
+        Ok(&ws.logits)
+    }
+}
