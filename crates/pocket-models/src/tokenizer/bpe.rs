@@ -1,10 +1,12 @@
 //! Byte-level BPE merging over token ids (rank-ordered, leftmost first on ties).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use super::fxhash::FxHashMap;
 
 /// Merge table: `(left id, right id) -> (rank, merged id)`.
-pub(crate) type MergeTable = HashMap<(u32, u32), (u32, u32)>;
+pub(crate) type MergeTable = FxHashMap<(u32, u32), (u32, u32)>;
 
 /// Sentinel for a character that has no token of its own.
 pub(crate) const NO_TOKEN: u32 = u32::MAX;

@@ -36,8 +36,15 @@ fn tables() -> &'static Tables {
 
 /// Maps raw bytes to the byte-level alphabet (each byte becomes one char).
 pub fn encode_bytes(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    encode_bytes_into(bytes, &mut s);
+    s
+}
+
+/// Appends the byte-level form of `bytes` to `out`.
+pub fn encode_bytes_into(bytes: &[u8], out: &mut String) {
     let t = tables();
-    bytes.iter().map(|&b| t.to_char[b as usize]).collect()
+    out.extend(bytes.iter().map(|&b| t.to_char[b as usize]));
 }
 
 /// Maps byte-level text back to bytes; chars outside the alphabet keep their UTF-8 bytes.

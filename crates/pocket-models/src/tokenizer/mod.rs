@@ -23,6 +23,7 @@
 
 mod bpe;
 mod bytes_unicode;
+mod fxhash;
 mod gguf;
 mod hf;
 mod pretokenize;

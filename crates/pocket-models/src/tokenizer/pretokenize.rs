@@ -18,12 +18,123 @@ const CJK_HANGUL: &str = "[一-龥ࠀ-一가-퟿]+";
 const DEEPSEEK3_CJK: &str = "[一-龥぀-ゟ゠-ヿ]+";
 const DEEPSEEK3_WORDS: &str = r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##;
 
+/// One compiled split regex.
+#[derive(Debug)]
+enum Splitter {
+    /// A pattern the `regex` crate runs directly. With `ws_lookahead`, the pattern's trailing
+    /// `\s+(?!\S)|\s+` (or `\s+(?!\S)`) was replaced by `\s+`, and the look-ahead is applied by
+    /// hand: a whitespace-only match not ending in a newline that is followed by a non-space
+    /// character gives its last character back.
+    Fast {
+        re: regex::Regex,
+        ws_lookahead: bool,
+        newline_alt: bool,
+    },
+    /// Anything else, run by the backtracking engine.
+    Fancy(fancy_regex::Regex),
+}
+
+const LOOKAHEAD_TAILS: [&str; 2] = [r"|\s+(?!\S)|\s+", r"|\s+(?!\S)"];
+
+impl Splitter {
+    fn new(pattern: &str) -> Result<Self, String> {
+        for tail in LOOKAHEAD_TAILS {
+            if let Some(head) = pattern.strip_suffix(tail) {
+                if !head.contains("(?=") && !head.contains("(?!") {
+                    let re =
+                        regex::Regex::new(&format!(r"{head}|\s+")).map_err(|e| e.to_string())?;
+                    // whitespace ending in a newline came from `\s*[\r\n]+`, which has no look-ahead
+                    let newline_alt = head.contains(r"\s*[\r\n]+");
+                    return Ok(Self::Fast {
+                        re,
+                        ws_lookahead: true,
+                        newline_alt,
+                    });
+                }
+            }
+        }
+        match regex::Regex::new(pattern) {
+            Ok(re) => Ok(Self::Fast {
+                re,
+                ws_lookahead: false,
+                newline_alt: false,
+            }),
+            Err(_) => Regex::new(pattern)
+                .map(Self::Fancy)
+                .map_err(|e| format!("{e:?}")),
+        }
+    }
+
+    /// Appends the matches of `piece` and the unmatched text between them to `out`.
+    fn split_into<'a>(&self, piece: &'a str, out: &mut Vec<&'a str>) -> Result<(), TokenizerError> {
+        let mut last = 0;
+        let push = |out: &mut Vec<&'a str>, start: usize, end: usize, last: &mut usize| {
+            if start > *last {
+                out.push(&piece[*last..start]);
+            }
+            out.push(&piece[start..end]);
+            *last = end;
+        };
+        match self {
+            Self::Fast {
+                re,
+                ws_lookahead,
+                newline_alt,
+            } => {
+                let mut pos = 0;
+                while pos < piece.len() {
+                    let Some(m) = re.find_at(piece, pos) else {
+                        break;
+                    };
+                    let (start, mut end) = (m.start(), m.end());
+                    if end == start {
+                        // an empty match: step over one character
+                        pos = end + piece[end..].chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
+                    if *ws_lookahead {
+                        let text = m.as_str();
+                        let followed_by_non_space = piece[end..]
+                            .chars()
+                            .next()
+                            .is_some_and(|c| !c.is_whitespace());
+                        if followed_by_non_space
+                            && !(*newline_alt && text.ends_with(['\r', '\n']))
+                            && text.chars().all(char::is_whitespace)
+                        {
+                            if let Some((i, _)) = text.char_indices().last() {
+                                if i > 0 {
+                                    end = start + i;
+                                }
+                            }
+                        }
+                    }
+                    push(out, start, end, &mut last);
+                    pos = end;
+                }
+            }
+            Self::Fancy(re) => {
+                for m in re.find_iter(piece) {
+                    let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
+                    if m.start() < m.end() {
+                        push(out, m.start(), m.end(), &mut last);
+                    }
+                }
+            }
+        }
+        if last < piece.len() {
+            out.push(&piece[last..]);
+        }
+        Ok(())
+    }
+}
+
 /// A named pre-tokenizer: the regexes applied in order, and whether whole-word vocabulary hits
 /// skip the merges (`ignore_merges`).
 #[derive(Debug)]
 pub struct PreTokenizer {
     name: String,
-    regexes: Vec<Regex>,
+    splitters: Vec<Splitter>,
     ignore_merges: bool,
 }
 
@@ -85,15 +196,15 @@ impl PreTokenizer {
         let name = name.unwrap_or("default");
         let (pats, ignore_merges) =
             patterns(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer(name.to_string()))?;
-        let regexes = pats
+        let splitters = pats
             .into_iter()
             .map(|p| {
-                Regex::new(p).map_err(|e| TokenizerError::Regex(format!("{name}: {p:?}: {e:?}")))
+                Splitter::new(p).map_err(|e| TokenizerError::Regex(format!("{name}: {p:?}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             name: name.to_string(),
-            regexes,
+            splitters,
             ignore_merges,
         })
     }
@@ -108,31 +219,17 @@ impl PreTokenizer {
         self.ignore_merges
     }
 
-    /// Splits `text` into words (byte ranges into `text`).
+    /// Splits `text` into words (slices of `text`).
     pub fn split<'a>(&self, text: &'a str) -> Result<Vec<&'a str>, TokenizerError> {
         let mut pieces: Vec<&'a str> = if text.is_empty() {
             Vec::new()
         } else {
             vec![text]
         };
-        for re in &self.regexes {
+        for sp in &self.splitters {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for piece in pieces {
-                let mut last = 0;
-                for m in re.find_iter(piece) {
-                    let m = m.map_err(|e| TokenizerError::Regex(e.to_string()))?;
-                    if m.start() == m.end() {
-                        continue;
-                    }
-                    if m.start() > last {
-                        next.push(&piece[last..m.start()]);
-                    }
-                    next.push(m.as_str());
-                    last = m.end();
-                }
-                if last < piece.len() {
-                    next.push(&piece[last..]);
-                }
+                sp.split_into(piece, &mut next)?;
             }
             pieces = next;
         }

@@ -2,7 +2,9 @@
 //! byte fallback (`<0xNN>`) for pieces the vocabulary lacks.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use super::fxhash::FxHashMap;
 
 struct Sym {
     start: usize,
@@ -42,7 +44,7 @@ impl Ord for Bigram {
 
 /// What the SentencePiece session needs from the vocabulary.
 pub(crate) struct SpmVocab<'a> {
-    pub token_to_id: &'a HashMap<String, u32>,
+    pub token_to_id: &'a FxHashMap<String, u32>,
     pub scores: &'a [f32],
     pub byte_tokens: &'a [Option<u32>; 256],
     pub unk: Option<u32>,

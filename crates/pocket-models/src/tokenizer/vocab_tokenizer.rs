@@ -1,10 +1,9 @@
 //! The tokenizer built from a GGUF vocabulary: special-token partitioning, then byte-level BPE or
 //! SentencePiece per text fragment, and the reverse mapping from ids to bytes.
 
-use std::collections::HashMap;
-
 use super::bpe::{self, MergeTable, NO_TOKEN};
 use super::bytes_unicode;
+use super::fxhash::{map_with_capacity, FxHashMap};
 use super::pretokenize::PreTokenizer;
 use super::spm::{self, SpmVocab};
 use super::vocab::{GgufVocab, TokenType, VocabModel};
@@ -23,12 +22,14 @@ pub(crate) struct VocabTokenizer {
     pub(crate) tokens: Vec<String>,
     pub(crate) types: Vec<TokenType>,
     scores: Vec<f32>,
-    pub(crate) token_to_id: HashMap<String, u32>,
+    pub(crate) token_to_id: FxHashMap<String, u32>,
     merges: MergeTable,
     pre: Option<PreTokenizer>,
     /// Control, user-defined and unknown tokens, longest text first.
     specials: Vec<u32>,
     byte_tokens: [Option<u32>; 256],
+    /// BPE: the id of each byte's single-character token.
+    byte_ids: [u32; 256],
     pub(crate) add_space_prefix: bool,
     unk: Option<u32>,
 }
@@ -64,16 +65,18 @@ impl VocabTokenizer {
                 .map(|&c| TokenType::from_code(c))
                 .collect()
         };
-        let mut token_to_id = HashMap::with_capacity(n);
+        let mut token_to_id = map_with_capacity(n);
         for (i, t) in v.tokens.iter().enumerate() {
             token_to_id.insert(t.clone(), i as u32);
         }
-        let mut merges = MergeTable::new();
+        let mut merges = MergeTable::default();
         let mut pre = None;
         let mut byte_tokens = [None; 256];
+        let mut byte_ids = [NO_TOKEN; 256];
         match model {
             VocabModel::BytePairEncoding => {
                 merges.reserve(v.merges.len());
+                let mut merged = String::new();
                 for (rank, m) in v.merges.iter().enumerate() {
                     let Some((l, r)) = m.split_once(' ') else {
                         return Err(TokenizerError::InvalidVocab(format!(
@@ -83,12 +86,18 @@ impl VocabTokenizer {
                     let (Some(&li), Some(&ri)) = (token_to_id.get(l), token_to_id.get(r)) else {
                         continue;
                     };
-                    let merged = format!("{l}{r}");
-                    if let Some(&mi) = token_to_id.get(&merged) {
+                    merged.clear();
+                    merged.push_str(l);
+                    merged.push_str(r);
+                    if let Some(&mi) = token_to_id.get(merged.as_str()) {
                         merges.entry((li, ri)).or_insert((rank as u32, mi));
                     }
                 }
                 pre = Some(PreTokenizer::by_name(v.pre.as_deref())?);
+                for (b, slot) in byte_ids.iter_mut().enumerate() {
+                    let key = bytes_unicode::encode_bytes(&[b as u8]);
+                    *slot = token_to_id.get(key.as_str()).copied().unwrap_or(NO_TOKEN);
+                }
             }
             VocabModel::SentencePiece => {
                 for (b, slot) in byte_tokens.iter_mut().enumerate() {
@@ -121,6 +130,7 @@ impl VocabTokenizer {
             pre,
             specials,
             byte_tokens,
+            byte_ids,
             add_space_prefix: v
                 .add_space_prefix
                 .unwrap_or(model == VocabModel::SentencePiece),
@@ -216,20 +226,23 @@ impl VocabTokenizer {
     fn encode_bpe(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
         let Some(pre) = &self.pre else { return Ok(()) };
         let mut syms = Vec::new();
+        let mut enc = String::new();
+        let fallback = self.unk.unwrap_or(NO_TOKEN);
         for word in pre.split(text)? {
-            let enc = bytes_unicode::encode_bytes(word.as_bytes());
             if pre.ignore_merges() {
-                if let Some(&id) = self.token_to_id.get(&enc) {
+                enc.clear();
+                bytes_unicode::encode_bytes_into(word.as_bytes(), &mut enc);
+                if let Some(&id) = self.token_to_id.get(enc.as_str()) {
                     out.push(id);
                     continue;
                 }
             }
+            // one initial symbol per byte: each byte is one character of the byte-level alphabet
             syms.clear();
-            let mut buf = [0u8; 4];
-            for c in enc.chars() {
-                let id = self.token_to_id.get(&*c.encode_utf8(&mut buf)).copied();
-                syms.push(id.or(self.unk).unwrap_or(NO_TOKEN));
-            }
+            syms.extend(word.bytes().map(|b| match self.byte_ids[b as usize] {
+                NO_TOKEN => fallback,
+                id => id,
+            }));
             bpe::merge(&syms, &self.merges, out);
         }
         Ok(())
