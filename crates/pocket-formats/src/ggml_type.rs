@@ -188,7 +188,7 @@ impl GgmlType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, elements: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if elements % bs != 0 {
+        if !elements.is_multiple_of(bs) {
             return None;
         }
         (elements / bs).checked_mul(self.block_bytes() as u64)

@@ -158,6 +158,17 @@ fn unknown_types_and_bad_utf8() {
 }
 
 #[test]
+fn empty_tensor_past_the_end_of_a_truncated_file() {
+    // Found by cargo-fuzz: a zero-byte tensor whose data region (after padding) starts beyond the
+    // end of the file was accepted, and slicing it panicked.
+    let mut r = Raw::header(3, 1, 0);
+    r.tensor("", &[0], 0, 0);
+    r.0.push(0);
+    let e = err(r.0.clone());
+    assert!(matches!(e, FormatError::Truncated { ref what, .. } if what.contains("padding")), "{e}");
+}
+
+#[test]
 fn nesting_limit() {
     let mut r = Raw::header(3, 0, 1);
     r.str(b"deep").u32(9);

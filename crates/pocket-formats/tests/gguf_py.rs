@@ -179,7 +179,7 @@ fn we_read_gguf_py_file() {
         Some(&GgufValue::I64(-9_000_000_000_000_000_000))
     );
     assert_eq!(m.get("t.f64"), Some(&GgufValue::F64(-2.25)));
-    assert_eq!(m.get_bool("t.bool").unwrap(), true);
+    assert!(m.get_bool("t.bool").unwrap());
     assert_eq!(m.get_str("t.str").unwrap(), "héllo wörld");
     assert_eq!(m.get_i32_array("t.arr_i32").unwrap(), &[1, -2, 3]);
     assert_eq!(m.get_str_array("t.arr_str").unwrap(), &["a", "bc", ""]);

@@ -108,6 +108,15 @@ pub fn parse_layout(bytes: &[u8]) -> Result<GgufLayout> {
         return Err(FormatError::BadAlignment(alignment));
     }
     let data_offset = c.pos().div_ceil(alignment) * alignment;
+    if !tensors.is_empty() && data_offset > bytes.len() as u64 {
+        // Even zero-byte tensors start at the data region, which must lie inside the file.
+        return Err(FormatError::Truncated {
+            what: "padding before the tensor data region".to_string(),
+            offset: c.pos(),
+            need: data_offset - c.pos(),
+            have: c.remaining(),
+        });
+    }
     let data_len = (bytes.len() as u64).saturating_sub(data_offset);
     check_extents(&tensors, alignment, data_len)?;
     Ok(GgufLayout {

@@ -106,7 +106,7 @@ pub fn parse_layout(bytes: &[u8]) -> Result<SafetensorsLayout> {
         }
         tensors.push(parse_entry(name, &entry, data_len)?);
     }
-    tensors.sort_by(|a, b| (a.start, a.end).cmp(&(b.start, b.end)));
+    tensors.sort_by_key(|a| (a.start, a.end));
     for w in tensors.windows(2) {
         if w[0].end > w[1].start {
             return Err(FormatError::TensorOverlap {

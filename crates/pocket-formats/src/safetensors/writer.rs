@@ -72,7 +72,7 @@ impl<'a> SafetensorsWriter<'a> {
             offset = end;
         }
         let mut text = Value::Object(map).to_string().into_bytes();
-        while text.len() % 8 != 0 {
+        while !text.len().is_multiple_of(8) {
             text.push(b' ');
         }
         let mut out = (text.len() as u64).to_le_bytes().to_vec();
