@@ -8,6 +8,8 @@
 pub mod attention;
 pub mod backend;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod recurrent;

@@ -1,0 +1,280 @@
+//! KV-cache write and paged attention launchers. Batch metadata is validated on the host from the
+//! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
+
+use super::kernels::{CacheType, Kernel};
+use super::{CudaBackend, Scratch};
+use crate::error::shape_err;
+use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
+
+/// Kernel argument block of `attn_*` (mirrors `AttnArgs` in kernels/attention.cu).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct AttnArgs {
+    q: u64,
+    k_cache: u64,
+    v_cache: u64,
+    query_start: u64,
+    seq_lens: u64,
+    block_tables: u64,
+    out: u64,
+    part_acc: u64,
+    part_ml: u64,
+    num_seqs: i32,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    block_size: i32,
+    max_blocks: i32,
+    window: i32,
+    splits: i32,
+    scale: f32,
+    softcap: f32,
+}
+
+/// Longest head the kernel holds in registers (8 values per lane).
+const MAX_HEAD_DIM: usize = 256;
+
+fn cache_dims(op: &'static str, c: &Tensor) -> Result<(usize, usize, usize, usize)> {
+    match c.shape[..] {
+        [a, b, h, d] => Ok((a, b, h, d)),
+        _ => Err(shape_err(
+            op,
+            format!(
+                "cache must be [num_blocks, block_size, kv_heads, head_dim], is {:?}",
+                c.shape
+            ),
+        )),
+    }
+}
+
+fn cache_type(op: &'static str, c: &Tensor) -> Result<CacheType> {
+    CacheType::of(c.dtype).ok_or_else(|| shape_err(op, "cache must be f32, f16 or bf16"))
+}
+
+pub(crate) fn kv_write(
+    be: &CudaBackend,
+    k: &Tensor,
+    v: &Tensor,
+    k_cache: &mut Tensor,
+    v_cache: &mut Tensor,
+    meta: &AttentionMeta,
+) -> Result<()> {
+    const OP: &str = "kv_write";
+    let dims = cache_dims(OP, k_cache)?;
+    if cache_dims(OP, v_cache)? != dims || k_cache.dtype != v_cache.dtype {
+        return Err(shape_err(OP, "k and v caches differ in shape or dtype"));
+    }
+    let ct = cache_type(OP, k_cache)?;
+    let (blocks, bs, kvh, hd) = dims;
+    let row = kvh * hd;
+    let slots = be.host_u32(OP, "slot_mapping", &meta.slot_mapping)?;
+    let n = slots.len();
+    if k.numel() != n * row || v.numel() != n * row {
+        return Err(shape_err(
+            OP,
+            format!(
+                "k/v hold {}/{} elements for {n} tokens of {row}",
+                k.numel(),
+                v.numel()
+            ),
+        ));
+    }
+    if let Some(&s) = slots.iter().find(|&&s| s as usize >= blocks * bs) {
+        return Err(shape_err(
+            OP,
+            format!("slot {s} beyond the cache's {}", blocks * bs),
+        ));
+    }
+    let kp = be.ptr_of(OP, "k", k, DType::F32)?;
+    let vp = be.ptr_of(OP, "v", v, DType::F32)?;
+    let sp = be.ptr_of(OP, "slot_mapping", &meta.slot_mapping, DType::U32)?;
+    let kc = be.ptr(OP, "k_cache", k_cache)?;
+    let vc = be.ptr(OP, "v_cache", v_cache)?;
+    let total = n * row;
+    be.launch(
+        OP,
+        Kernel::KvWrite(ct),
+        (total.div_ceil(256) as u32, 1, 1),
+        256,
+        args![kp, vp, kc, vc, sp, n as i32, row as i32],
+    )
+}
+
+/// How many key splits a launch of `rows x heads` blocks over `max_len` keys should use: enough
+/// blocks to fill the GPU twice, each split at least 256 keys long, at most 32 splits.
+fn choose_splits(sm_count: u32, rows: usize, heads: usize, max_len: usize) -> usize {
+    let blocks = rows * heads;
+    let target = 2 * sm_count as usize;
+    if blocks >= target || max_len <= 256 {
+        return 1;
+    }
+    target
+        .div_ceil(blocks)
+        .min(max_len.div_ceil(256))
+        .clamp(1, 32)
+}
+
+pub(crate) fn attention(
+    be: &CudaBackend,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMeta,
+    p: &AttentionParams,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "attention";
+    let (blocks, bs, kvh, hd) = cache_dims(OP, k_cache)?;
+    if cache_dims(OP, v_cache)? != (blocks, bs, kvh, hd) || k_cache.dtype != v_cache.dtype {
+        return Err(shape_err(OP, "k and v caches differ in shape or dtype"));
+    }
+    let ct = cache_type(OP, k_cache)?;
+    if kvh != p.num_kv_heads
+        || hd != p.head_dim
+        || p.num_kv_heads == 0
+        || p.num_heads % p.num_kv_heads != 0
+    {
+        return Err(shape_err(
+            OP,
+            format!("params {p:?} do not match cache [{blocks}, {bs}, {kvh}, {hd}]"),
+        ));
+    }
+    if hd > MAX_HEAD_DIM {
+        return Err(KernelError::Unsupported {
+            op: OP,
+            device: be.name.clone(),
+            what: format!("head_dim {hd} > {MAX_HEAD_DIM}"),
+        });
+    }
+    let row = p.num_heads * hd;
+    if q.numel() % row.max(1) != 0 || out.numel() != q.numel() {
+        return Err(shape_err(
+            OP,
+            format!(
+                "q {:?} / out {:?} are not [n, {}, {hd}]",
+                q.shape, out.shape, p.num_heads
+            ),
+        ));
+    }
+    let n = q.numel() / row.max(1);
+    // Validate the batch description (mirrors the CPU backend's plan).
+    let s = meta.num_seqs;
+    let qs = be.host_u32(OP, "query_start", &meta.query_start)?;
+    let sl = be.host_u32(OP, "seq_lens", &meta.seq_lens)?;
+    let bt = be.host_u32(OP, "block_tables", &meta.block_tables)?;
+    if qs.len() < s + 1 || sl.len() < s || s == 0 {
+        return Err(shape_err(
+            OP,
+            format!("meta holds fewer than {s} sequences"),
+        ));
+    }
+    let (qs, sl) = (&qs[..s + 1], &sl[..s]);
+    if qs[0] != 0 || qs[s] as usize != n || qs.windows(2).any(|w| w[0] > w[1]) {
+        return Err(shape_err(
+            OP,
+            format!("query_start {qs:?} does not cover {n} rows"),
+        ));
+    }
+    let max_blocks = match meta.block_tables.shape[..] {
+        [_, mb] => mb,
+        _ => return Err(shape_err(OP, "block_tables must be [num_seqs, max_blocks]")),
+    };
+    if bt.len() < s * max_blocks {
+        return Err(shape_err(
+            OP,
+            "block_tables holds fewer rows than sequences",
+        ));
+    }
+    let mut max_len = 0;
+    for i in 0..s {
+        let new = (qs[i + 1] - qs[i]) as usize;
+        let len = sl[i] as usize;
+        if len < new || len > max_blocks * bs {
+            return Err(shape_err(
+                OP,
+                format!("sequence {i}: length {len} with {new} new tokens does not fit its table"),
+            ));
+        }
+        let used = len.div_ceil(bs);
+        if let Some(&b) = bt[i * max_blocks..i * max_blocks + used]
+            .iter()
+            .find(|&&b| b as usize >= blocks)
+        {
+            return Err(shape_err(
+                OP,
+                format!("sequence {i}: block {b} out of {blocks}"),
+            ));
+        }
+        max_len = max_len.max(len);
+    }
+    let window = match p.sliding_window {
+        Some(0) => return Err(shape_err(OP, "sliding window of 0 keys")),
+        Some(w) => w.min(i32::MAX as usize) as i32,
+        None => 0,
+    };
+    let keys = if window > 0 {
+        max_len.min(window as usize)
+    } else {
+        max_len
+    };
+    let splits = choose_splits(be.sm_count, n, p.num_heads, keys);
+
+    let mut scratch = be
+        .scratch
+        .lock()
+        .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
+    let (part_acc, part_ml) = if splits > 1 {
+        let acc_bytes = n * p.num_heads * splits * hd * 4;
+        let ml_bytes = n * p.num_heads * splits * 2 * 4;
+        let base = Scratch::get(&mut scratch.attn, &be.pool, acc_bytes + ml_bytes)?;
+        (base, base + acc_bytes as u64)
+    } else {
+        (0, 0)
+    };
+    let args = AttnArgs {
+        q: be.ptr_of(OP, "q", q, DType::F32)?,
+        k_cache: be.ptr(OP, "k_cache", k_cache)?,
+        v_cache: be.ptr(OP, "v_cache", v_cache)?,
+        query_start: be.ptr_of(OP, "query_start", &meta.query_start, DType::U32)?,
+        seq_lens: be.ptr_of(OP, "seq_lens", &meta.seq_lens, DType::U32)?,
+        block_tables: be.ptr_of(OP, "block_tables", &meta.block_tables, DType::U32)?,
+        out: be.ptr_of(OP, "out", out, DType::F32)?,
+        part_acc,
+        part_ml,
+        num_seqs: s as i32,
+        heads: p.num_heads as i32,
+        kv_heads: p.num_kv_heads as i32,
+        head_dim: hd as i32,
+        block_size: bs as i32,
+        max_blocks: max_blocks as i32,
+        window,
+        splits: splits as i32,
+        scale: p.scale,
+        softcap: p.softcap.unwrap_or(0.0),
+    };
+    let out_ptr = args.out;
+    be.launch(
+        OP,
+        Kernel::Attention(ct),
+        (n as u32, p.num_heads as u32, splits as u32),
+        128,
+        args![args],
+    )?;
+    if splits > 1 {
+        be.launch(
+            OP,
+            Kernel::AttnCombine,
+            (n as u32, p.num_heads as u32, 1),
+            hd.next_multiple_of(32).min(256) as u32,
+            args![
+                part_acc,
+                part_ml,
+                out_ptr,
+                p.num_heads as i32,
+                hd as i32,
+                splits as i32
+            ],
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,48 @@
+//! CUDA graphs: capture a sequence of ops once and replay it with one launch.
+//!
+//! Ops write into preallocated tensors and never allocate (after their first eager run has grown
+//! the backend's scratch), so a decode step can be captured as is: run the step once eagerly,
+//! then [`CudaBackend::begin_capture`], run it again, [`CudaBackend::end_capture`], and
+//! [`StepGraph::replay`] it every later step after writing the new inputs with `write_u32` /
+//! `write_f32` (copies outside the graph into the same buffers).
+//!
+//! Host-side validation that needs device data (u32 tensors the device wrote, such as argmax
+//! output fed back as ids) reads it back, which is not allowed while capturing: feed such tensors
+//! through `write_u32` so their host shadow is known.
+
+use cudarc::driver::{sys, CudaGraph};
+
+use super::memory::cuda_err;
+use super::CudaBackend;
+use crate::Result;
+
+/// A captured, instantiated sequence of ops.
+pub struct StepGraph {
+    graph: CudaGraph,
+}
+
+impl CudaBackend {
+    /// Starts recording every op launched on this device instead of running it.
+    pub fn begin_capture(&self) -> Result<()> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| cuda_err("begin_capture", e))
+    }
+
+    /// Stops recording and instantiates the graph.
+    pub fn end_capture(&self) -> Result<StepGraph> {
+        let g = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| cuda_err("end_capture", e))?
+            .ok_or_else(|| cuda_err("end_capture", "nothing was captured"))?;
+        Ok(StepGraph { graph: g })
+    }
+}
+
+impl StepGraph {
+    /// Launches the captured ops once (asynchronously, on the device's stream).
+    pub fn replay(&self) -> Result<()> {
+        self.graph.launch().map_err(|e| cuda_err("graph replay", e))
+    }
+}

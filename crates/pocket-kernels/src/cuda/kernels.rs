@@ -1,0 +1,303 @@
+//! Typed kernel dispatch: every kernel the backend launches is a [`Kernel`] value, mapped once to
+//! its module and `extern "C"` symbol by a table of literals. Call sites never build names.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+use pocket_quant::{GgmlType, QuantFormat};
+
+use super::artifacts::ModuleId;
+use super::memory::cuda_err;
+use crate::{DType, KernelError, Result};
+
+/// A weight format with a device decoder (`kernels/common.cuh`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types, missing_docs)]
+pub enum DevFormat {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    IQ4_NL,
+    IQ4_XS,
+}
+
+impl DevFormat {
+    /// The device format of a weight format, if the GPU can read it.
+    pub fn of(f: QuantFormat) -> Option<DevFormat> {
+        use GgmlType as G;
+        Some(match f.ggml_type()? {
+            G::F32 => DevFormat::F32,
+            G::F16 => DevFormat::F16,
+            G::BF16 => DevFormat::BF16,
+            G::Q4_0 => DevFormat::Q4_0,
+            G::Q4_1 => DevFormat::Q4_1,
+            G::Q5_0 => DevFormat::Q5_0,
+            G::Q5_1 => DevFormat::Q5_1,
+            G::Q8_0 => DevFormat::Q8_0,
+            G::Q2_K => DevFormat::Q2_K,
+            G::Q3_K => DevFormat::Q3_K,
+            G::Q4_K => DevFormat::Q4_K,
+            G::Q5_K => DevFormat::Q5_K,
+            G::Q6_K => DevFormat::Q6_K,
+            G::IQ4_NL => DevFormat::IQ4_NL,
+            G::IQ4_XS => DevFormat::IQ4_XS,
+            _ => return None,
+        })
+    }
+
+    /// Elements of one 16-element device chunk grouping (every format's decoder works in 16s).
+    pub fn block_elems(self) -> usize {
+        match self {
+            DevFormat::F32 | DevFormat::F16 | DevFormat::BF16 => 16,
+            DevFormat::Q4_0
+            | DevFormat::Q4_1
+            | DevFormat::Q5_0
+            | DevFormat::Q5_1
+            | DevFormat::Q8_0
+            | DevFormat::IQ4_NL => 32,
+            _ => 256,
+        }
+    }
+
+    /// Whether the quants are split from their f16 scales on upload (16-byte aligned quants).
+    pub fn split_scales(self) -> bool {
+        matches!(self, DevFormat::Q4_0 | DevFormat::Q8_0)
+    }
+
+    /// The dp4a GEMV over 8-bit activations, where one exists for this format.
+    pub fn q8_gemv(self) -> Option<Q8Gemv> {
+        Some(match self {
+            DevFormat::Q4_0 => Q8Gemv::Q4_0,
+            DevFormat::Q4_1 => Q8Gemv::Q4_1,
+            DevFormat::Q8_0 => Q8Gemv::Q8_0,
+            DevFormat::Q4_K => Q8Gemv::Q4_K,
+            DevFormat::Q6_K => Q8Gemv::Q6_K,
+            _ => return None,
+        })
+    }
+}
+
+/// Formats with an integer-dot (dp4a) GEMV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types, missing_docs)]
+pub enum Q8Gemv {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    Q4_K,
+    Q6_K,
+}
+
+/// Element type of a KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum CacheType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl CacheType {
+    /// The cache type of a tensor dtype.
+    pub fn of(d: DType) -> Option<CacheType> {
+        match d {
+            DType::F32 => Some(CacheType::F32),
+            DType::F16 => Some(CacheType::F16),
+            DType::BF16 => Some(CacheType::BF16),
+            DType::U32 => None,
+        }
+    }
+}
+
+/// GEMV variant by activation rows: `One` has no per-row guards; `UpTo8` loads each weight
+/// block once for up to eight rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rows {
+    /// Exactly one activation row.
+    One,
+    /// One to eight rows.
+    UpTo8,
+}
+
+/// Every kernel the CUDA backend launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Kernel {
+    RmsNorm,
+    AddRmsNorm,
+    AddBias,
+    AddAssign,
+    SiluMul,
+    GatherRows,
+    Rope,
+    F32ToF16,
+    Argmax,
+    QuantizeQ8,
+    AttnCombine,
+    KvWrite(CacheType),
+    Attention(CacheType),
+    Embed(DevFormat),
+    DequantF16(DevFormat),
+    GemvF(DevFormat, Rows),
+    GemvQ8(Q8Gemv, Rows),
+}
+
+macro_rules! fmt_table {
+    ($k:expr, $prefix:literal, $suffix:literal) => {
+        match $k {
+            DevFormat::F32 => concat!($prefix, "f32", $suffix),
+            DevFormat::F16 => concat!($prefix, "f16", $suffix),
+            DevFormat::BF16 => concat!($prefix, "bf16", $suffix),
+            DevFormat::Q4_0 => concat!($prefix, "q4_0", $suffix),
+            DevFormat::Q4_1 => concat!($prefix, "q4_1", $suffix),
+            DevFormat::Q5_0 => concat!($prefix, "q5_0", $suffix),
+            DevFormat::Q5_1 => concat!($prefix, "q5_1", $suffix),
+            DevFormat::Q8_0 => concat!($prefix, "q8_0", $suffix),
+            DevFormat::Q2_K => concat!($prefix, "q2_k", $suffix),
+            DevFormat::Q3_K => concat!($prefix, "q3_k", $suffix),
+            DevFormat::Q4_K => concat!($prefix, "q4_k", $suffix),
+            DevFormat::Q5_K => concat!($prefix, "q5_k", $suffix),
+            DevFormat::Q6_K => concat!($prefix, "q6_k", $suffix),
+            DevFormat::IQ4_NL => concat!($prefix, "iq4_nl", $suffix),
+            DevFormat::IQ4_XS => concat!($prefix, "iq4_xs", $suffix),
+        }
+    };
+}
+
+macro_rules! q8_table {
+    ($k:expr, $suffix:literal) => {
+        match $k {
+            Q8Gemv::Q4_0 => concat!("gemv_q8_q4_0", $suffix),
+            Q8Gemv::Q4_1 => concat!("gemv_q8_q4_1", $suffix),
+            Q8Gemv::Q8_0 => concat!("gemv_q8_q8_0", $suffix),
+            Q8Gemv::Q4_K => concat!("gemv_q8_q4_k", $suffix),
+            Q8Gemv::Q6_K => concat!("gemv_q8_q6_k", $suffix),
+        }
+    };
+}
+
+impl Kernel {
+    /// The module and symbol of this kernel (string literals, resolved at compile time).
+    pub fn symbol(self) -> (ModuleId, &'static str) {
+        use ModuleId as M;
+        match self {
+            Kernel::RmsNorm => (M::Norm, "rms_norm"),
+            Kernel::AddRmsNorm => (M::Norm, "add_rms_norm"),
+            Kernel::AddBias => (M::Elementwise, "add_bias"),
+            Kernel::AddAssign => (M::Elementwise, "add_assign"),
+            Kernel::SiluMul => (M::Elementwise, "silu_mul"),
+            Kernel::GatherRows => (M::Elementwise, "gather_rows"),
+            Kernel::Rope => (M::Elementwise, "rope"),
+            Kernel::F32ToF16 => (M::Elementwise, "f32_to_f16"),
+            Kernel::Argmax => (M::Argmax, "argmax_rows"),
+            Kernel::QuantizeQ8 => (M::Gemv, "quantize_q8"),
+            Kernel::AttnCombine => (M::Attention, "attn_combine"),
+            Kernel::KvWrite(c) => (
+                M::Elementwise,
+                match c {
+                    CacheType::F32 => "kv_write_f32",
+                    CacheType::F16 => "kv_write_f16",
+                    CacheType::BF16 => "kv_write_bf16",
+                },
+            ),
+            Kernel::Attention(c) => (
+                M::Attention,
+                match c {
+                    CacheType::F32 => "attn_f32",
+                    CacheType::F16 => "attn_f16",
+                    CacheType::BF16 => "attn_bf16",
+                },
+            ),
+            Kernel::Embed(f) => (M::Elementwise, fmt_table!(f, "embed_", "")),
+            Kernel::DequantF16(f) => (M::Elementwise, fmt_table!(f, "dequant_f16_", "")),
+            Kernel::GemvF(f, Rows::One) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n1")),
+            Kernel::GemvF(f, Rows::UpTo8) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n8")),
+            Kernel::GemvQ8(f, Rows::One) => (M::Gemv, q8_table!(f, "_n1")),
+            Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "_n8")),
+        }
+    }
+}
+
+/// Which compiled artifact a device runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Artifact {
+    /// sm_90 machine code (compute capability 9.0 exactly).
+    Sm90Cubin,
+    /// compute_75 PTX, JIT-compiled by the driver (every other GPU from Turing on).
+    Ptx75,
+}
+
+/// Loaded modules and a cache of resolved functions.
+pub(crate) struct KernelTable {
+    modules: HashMap<ModuleId, Arc<CudaModule>>,
+    functions: Mutex<HashMap<Kernel, CudaFunction>>,
+    /// The artifact the modules were loaded from.
+    pub(crate) artifact: Artifact,
+}
+
+impl KernelTable {
+    /// Loads every module for a device of compute capability `cc`.
+    pub(crate) fn load(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> Result<KernelTable> {
+        if cc.0 < 7 || (cc.0 == 7 && cc.1 < 5) {
+            return Err(KernelError::Unavailable(format!(
+                "compute capability {}.{} is older than the 7.5 (Turing) our PTX targets",
+                cc.0, cc.1
+            )));
+        }
+        let artifact = if cc == (9, 0) {
+            Artifact::Sm90Cubin
+        } else {
+            Artifact::Ptx75
+        };
+        let mut modules = HashMap::new();
+        for &m in ModuleId::ALL {
+            let image = match artifact {
+                Artifact::Sm90Cubin => Ptx::from_binary(m.sm90_cubin().to_vec()),
+                Artifact::Ptx75 => Ptx::from_src(m.ptx()),
+            };
+            let module = ctx.load_module(image).map_err(|e| KernelError::Cuda {
+                op: "load_module",
+                msg: format!("kernels/{}.cu ({artifact:?}): {e}", m.name()),
+            })?;
+            modules.insert(m, module);
+        }
+        Ok(KernelTable {
+            modules,
+            functions: Mutex::new(HashMap::new()),
+            artifact,
+        })
+    }
+
+    /// The function handle of `k` (resolved once, then cached).
+    pub(crate) fn get(&self, k: Kernel) -> Result<CudaFunction> {
+        let mut f = self.functions.lock().map_err(|_| KernelError::Cuda {
+            op: "kernel_table",
+            msg: "lock poisoned".into(),
+        })?;
+        if let Some(func) = f.get(&k) {
+            return Ok(func.clone());
+        }
+        let (m, sym) = k.symbol();
+        let module = self.modules.get(&m).ok_or_else(|| KernelError::Cuda {
+            op: "kernel_table",
+            msg: format!("module {} not loaded", m.name()),
+        })?;
+        let func = module
+            .load_function(sym)
+            .map_err(|e| cuda_err("load_function", format!("{sym}: {e}")))?;
+        f.insert(k, func.clone());
+        Ok(func)
+    }
+}

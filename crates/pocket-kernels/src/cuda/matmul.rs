@@ -1,0 +1,269 @@
+//! Weight-reading ops: the embedding lookup and `matmul`.
+//!
+//! `matmul` dispatches by batch size. Up to [`GEMV_MAX_ROWS`] activation rows (decode) run a
+//! GEMV that reads each weight block once for all rows: the dp4a kernel over 8-bit activations
+//! where the format has one, else the f32 dequantizing kernel. Larger batches (prefill) of
+//! quantized weights dequantize row chunks of W to f16 and multiply on the tensor cores through
+//! cuBLAS; float weights keep the exact f32 GEMV path.
+
+use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
+
+use super::kernels::{DevFormat, Kernel, Rows};
+use super::memory::CudaWeight;
+use super::{CudaBackend, Scratch};
+use crate::error::shape_err;
+use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
+
+/// Activation rows one GEMV launch serves.
+pub(crate) const GEMV_MAX_ROWS: usize = 8;
+/// Warps (weight rows) per GEMV block, as in kernels/gemv.cu.
+const GEMV_WARPS: usize = 4;
+/// Elements of dequantized f16 weight per cuBLAS chunk (64 MiB).
+const W16_CHUNK_ELEMS: usize = 32 << 20;
+
+fn device_weight<'a>(
+    be: &CudaBackend,
+    op: &'static str,
+    w: &'a Weight,
+) -> Result<(&'a CudaWeight, DevFormat)> {
+    let cw = match &w.storage {
+        WeightStorage::Cuda(c) if c.ordinal() == be.ctx.ordinal() => c,
+        _ => {
+            return Err(KernelError::WrongDevice {
+                op,
+                tensor: "weight",
+                found: match &w.storage {
+                    WeightStorage::Host { .. } => "cpu".into(),
+                    WeightStorage::Cuda(c) => format!("cuda:{}", c.ordinal()),
+                },
+                expected: format!("cuda:{}", be.ctx.ordinal()),
+            })
+        }
+    };
+    let f = DevFormat::of(w.format).ok_or_else(|| KernelError::Unsupported {
+        op,
+        device: be.name.clone(),
+        what: w.format.to_string(),
+    })?;
+    Ok((cw, f))
+}
+
+pub(crate) fn embedding(
+    be: &CudaBackend,
+    table: &Weight,
+    ids: &Tensor,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "embedding";
+    let (cw, f) = device_weight(be, OP, table)?;
+    let n = ids.numel();
+    if out.numel() != n * table.cols || out.row_len() != table.cols {
+        return Err(shape_err(
+            OP,
+            format!("out {:?} vs {n} ids of {} values", out.shape, table.cols),
+        ));
+    }
+    let host_ids = be.host_u32(OP, "ids", ids)?;
+    if let Some(&id) = host_ids.iter().find(|&&i| i as usize >= table.rows) {
+        return Err(shape_err(
+            OP,
+            format!("token id {id} beyond the table's {} rows", table.rows),
+        ));
+    }
+    let ip = be.ptr_of(OP, "ids", ids, DType::U32)?;
+    let op = be.ptr_of(OP, "out", out, DType::F32)?;
+    let chunks = table.cols / 16;
+    be.launch(
+        OP,
+        Kernel::Embed(f),
+        (chunks.div_ceil(128) as u32, n as u32, 1),
+        128,
+        args![
+            cw.storage.ptr(),
+            ip,
+            op,
+            table.rows as i32,
+            table.cols as i32
+        ],
+    )
+}
+
+pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
+    const OP: &str = "matmul";
+    let (cw, f) = device_weight(be, OP, w)?;
+    let (rows, cols) = (w.rows, w.cols);
+    if x.row_len() != cols {
+        return Err(shape_err(
+            OP,
+            format!("x rows of {} vs weight columns {cols}", x.row_len()),
+        ));
+    }
+    let n = x.rows();
+    if out.row_len() != rows || out.rows() != n {
+        return Err(shape_err(
+            OP,
+            format!("out {:?} vs [{n}, {rows}]", out.shape),
+        ));
+    }
+    if rows > i32::MAX as usize || cols > i32::MAX as usize {
+        return Err(shape_err(OP, "matrix dimensions exceed i32"));
+    }
+    let xp = be.ptr_of(OP, "x", x, DType::F32)?;
+    let op = be.ptr_of(OP, "out", out, DType::F32)?;
+    let wp = cw.storage.ptr();
+    if n == 0 {
+        return Ok(());
+    }
+    let float_weights = matches!(f, DevFormat::F32 | DevFormat::F16 | DevFormat::BF16);
+    if n <= GEMV_MAX_ROWS || float_weights {
+        for start in (0..n).step_by(GEMV_MAX_ROWS) {
+            let m = (n - start).min(GEMV_MAX_ROWS);
+            let xs = xp + (start * cols * 4) as u64;
+            let os = op + (start * rows * 4) as u64;
+            gemv(be, f, wp, xs, os, rows, cols, m)?;
+        }
+        return Ok(());
+    }
+    gemm_cublas(be, f, wp, xp, op, rows, cols, n)
+}
+
+/// One GEMV launch for `m <= 8` activation rows.
+#[allow(clippy::too_many_arguments)]
+fn gemv(
+    be: &CudaBackend,
+    f: DevFormat,
+    w: u64,
+    x: u64,
+    out: u64,
+    rows: usize,
+    cols: usize,
+    m: usize,
+) -> Result<()> {
+    const OP: &str = "matmul";
+    let variant = if m == 1 { Rows::One } else { Rows::UpTo8 };
+    let grid = (rows.div_ceil(GEMV_WARPS) as u32, 1, 1);
+    match f.q8_gemv() {
+        Some(q) => {
+            // Quantize the activations once, then every weight row meets them in dp4a.
+            let nblk = m * cols / 32;
+            let mut scratch = be
+                .scratch
+                .lock()
+                .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
+            let base = Scratch::get(&mut scratch.q8, &be.pool, m * cols + 8 * nblk)?;
+            let (xq, xd, xs) = (
+                base,
+                base + (m * cols) as u64,
+                base + (m * cols + 4 * nblk) as u64,
+            );
+            be.launch(
+                OP,
+                Kernel::QuantizeQ8,
+                (nblk.div_ceil(8) as u32, 1, 1),
+                256,
+                args![x, xq, xd, xs, nblk as i32],
+            )?;
+            be.launch(
+                OP,
+                Kernel::GemvQ8(q, variant),
+                grid,
+                128,
+                args![w, xq, xd, xs, out, rows as i32, cols as i32, m as i32],
+            )
+        }
+        None => be.launch(
+            OP,
+            Kernel::GemvF(f, variant),
+            grid,
+            128,
+            args![w, x, out, rows as i32, cols as i32, m as i32],
+        ),
+    }
+}
+
+/// Prefill: `out [n, rows] = x [n, cols] · Wᵀ` with W dequantized to f16 in row chunks and the
+/// product on the tensor cores (f32 accumulation, f32 output).
+#[allow(clippy::too_many_arguments)]
+fn gemm_cublas(
+    be: &CudaBackend,
+    f: DevFormat,
+    w: u64,
+    x: u64,
+    out: u64,
+    rows: usize,
+    cols: usize,
+    n: usize,
+) -> Result<()> {
+    const OP: &str = "matmul";
+    let chunk_rows = (W16_CHUNK_ELEMS / cols).clamp(1, rows);
+    let mut scratch = be
+        .scratch
+        .lock()
+        .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
+    let w16 = Scratch::get(&mut scratch.w16, &be.pool, chunk_rows * cols * 2)?;
+    let x16 = Scratch::get(&mut scratch.x16, &be.pool, n * cols * 2)?;
+    let total = n * cols;
+    be.launch(
+        OP,
+        Kernel::F32ToF16,
+        (total.div_ceil(256) as u32, 1, 1),
+        256,
+        args![x, x16, total as u64],
+    )?;
+    let mut blas_guard = be
+        .blas
+        .lock()
+        .map_err(|_| shape_err(OP, "cuBLAS lock poisoned"))?;
+    if blas_guard.is_none() {
+        let h = CudaBlas::new(be.stream.clone()).map_err(|e| KernelError::Cuda {
+            op: OP,
+            msg: format!("cuBLAS init: {e}"),
+        })?;
+        *blas_guard = Some(h);
+    }
+    let handle = *blas_guard
+        .as_ref()
+        .map(|b| b.handle())
+        .ok_or_else(|| shape_err(OP, "no cuBLAS handle"))?;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    for r0 in (0..rows).step_by(chunk_rows) {
+        let nr = chunk_rows.min(rows - r0);
+        let elems = nr * cols / 16;
+        be.launch(
+            OP,
+            Kernel::DequantF16(f),
+            (elems.div_ceil(256) as u32, 1, 1),
+            256,
+            args![w, w16, rows as i32, cols as i32, r0 as i32, nr as i32],
+        )?;
+        // Column-major view: C[nr, n] (ld rows) = W16[cols, nr]ᵀ · X16[cols, n].
+        unsafe {
+            blas::gemm_ex(
+                handle,
+                bsys::cublasOperation_t::CUBLAS_OP_T,
+                bsys::cublasOperation_t::CUBLAS_OP_N,
+                nr as i32,
+                n as i32,
+                cols as i32,
+                &alpha as *const f32 as *const _,
+                w16 as *const _,
+                bsys::cudaDataType::CUDA_R_16F,
+                cols as i32,
+                x16 as *const _,
+                bsys::cudaDataType::CUDA_R_16F,
+                cols as i32,
+                &beta as *const f32 as *const _,
+                (out + (r0 * 4) as u64) as *mut _,
+                bsys::cudaDataType::CUDA_R_32F,
+                rows as i32,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| KernelError::Cuda {
+            op: OP,
+            msg: format!("cublasGemmEx [{nr}x{n}x{cols}]: {e}"),
+        })?;
+    }
+    Ok(())
+}

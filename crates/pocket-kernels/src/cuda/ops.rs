@@ -1,0 +1,264 @@
+//! Launchers of the elementwise, norm, RoPE, gather and argmax kernels, with the same shape
+//! checks as the CPU backend.
+
+use super::kernels::Kernel;
+use super::CudaBackend;
+use crate::error::shape_err;
+use crate::rope::{DeviceRope, RopeLayout};
+use crate::tensor::Storage;
+use crate::{DType, Result, Tensor};
+
+/// Threads per block of the elementwise kernels.
+const TPB: u32 = 256;
+
+fn blocks(total: usize) -> Result<u32> {
+    u32::try_from(total.div_ceil(TPB as usize))
+        .map_err(|_| shape_err("launch", format!("{total} elements exceed one grid")))
+}
+
+fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
+    if a != b {
+        return Err(shape_err(op, format!("{what}: {a} vs {b}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn add_bias(be: &CudaBackend, x: &mut Tensor, bias: &Tensor) -> Result<()> {
+    const OP: &str = "add_bias";
+    let m = bias.numel();
+    if m == 0 || x.row_len() != m {
+        return Err(shape_err(
+            OP,
+            format!("x rows of {} vs bias of {m}", x.row_len()),
+        ));
+    }
+    let b = be.ptr_of(OP, "bias", bias, DType::F32)?;
+    let xp = be.ptr_of(OP, "x", x, DType::F32)?;
+    let total = x.numel();
+    be.launch(
+        OP,
+        Kernel::AddBias,
+        (blocks(total)?, 1, 1),
+        TPB,
+        args![xp, b, total as u64, m as i32],
+    )
+}
+
+/// Row length of a norm, checked against `x` and `out`.
+fn norm_shapes(op: &'static str, x: &Tensor, w: &Tensor, out: &Tensor) -> Result<usize> {
+    let d = w.numel();
+    if d == 0 || x.numel() % d != 0 {
+        return Err(shape_err(
+            op,
+            format!("{} elements are not rows of {d}", x.numel()),
+        ));
+    }
+    same_len(op, "x and out elements", x.numel(), out.numel())?;
+    Ok(d)
+}
+
+pub(crate) fn rms_norm(
+    be: &CudaBackend,
+    x: &Tensor,
+    w: &Tensor,
+    eps: f32,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "rms_norm";
+    let d = norm_shapes(OP, x, w, out)?;
+    let (xp, wp) = (
+        be.ptr_of(OP, "x", x, DType::F32)?,
+        be.ptr_of(OP, "weight", w, DType::F32)?,
+    );
+    let op = be.ptr_of(OP, "out", out, DType::F32)?;
+    let rows = (x.numel() / d) as u32;
+    be.launch(
+        OP,
+        Kernel::RmsNorm,
+        (rows, 1, 1),
+        norm_threads(d),
+        args![xp, wp, op, d as i32, eps],
+    )
+}
+
+/// Threads per norm block: enough for the row, a multiple of 32, at most 1024.
+fn norm_threads(d: usize) -> u32 {
+    (d.div_ceil(4).next_multiple_of(32)).clamp(32, 1024) as u32
+}
+
+pub(crate) fn add_rms_norm(
+    be: &CudaBackend,
+    residual: &mut Tensor,
+    delta: &Tensor,
+    w: &Tensor,
+    eps: f32,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "add_rms_norm";
+    let d = norm_shapes(OP, residual, w, out)?;
+    same_len(
+        OP,
+        "residual and delta elements",
+        residual.numel(),
+        delta.numel(),
+    )?;
+    let rp = be.ptr_of(OP, "residual", residual, DType::F32)?;
+    let dp = be.ptr_of(OP, "delta", delta, DType::F32)?;
+    let wp = be.ptr_of(OP, "weight", w, DType::F32)?;
+    let op = be.ptr_of(OP, "out", out, DType::F32)?;
+    let rows = (residual.numel() / d) as u32;
+    be.launch(
+        OP,
+        Kernel::AddRmsNorm,
+        (rows, 1, 1),
+        norm_threads(d),
+        args![rp, dp, wp, op, d as i32, eps],
+    )
+}
+
+pub(crate) fn add_assign(be: &CudaBackend, x: &mut Tensor, y: &Tensor) -> Result<()> {
+    const OP: &str = "add_assign";
+    same_len(OP, "x and y elements", x.numel(), y.numel())?;
+    let yp = be.ptr_of(OP, "y", y, DType::F32)?;
+    let xp = be.ptr_of(OP, "x", x, DType::F32)?;
+    let total = x.numel();
+    be.launch(
+        OP,
+        Kernel::AddAssign,
+        (blocks(total)?, 1, 1),
+        TPB,
+        args![xp, yp, total as u64],
+    )
+}
+
+pub(crate) fn silu_mul(
+    be: &CudaBackend,
+    gate: &Tensor,
+    up: &Tensor,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "silu_mul";
+    same_len(OP, "gate and up elements", gate.numel(), up.numel())?;
+    same_len(OP, "gate and out elements", gate.numel(), out.numel())?;
+    let g = be.ptr_of(OP, "gate", gate, DType::F32)?;
+    let u = be.ptr_of(OP, "up", up, DType::F32)?;
+    let o = be.ptr_of(OP, "out", out, DType::F32)?;
+    let total = gate.numel();
+    be.launch(
+        OP,
+        Kernel::SiluMul,
+        (blocks(total)?, 1, 1),
+        TPB,
+        args![g, u, o, total as u64],
+    )
+}
+
+pub(crate) fn rope(
+    be: &CudaBackend,
+    x: &mut Tensor,
+    positions: &Tensor,
+    rope: &DeviceRope,
+) -> Result<()> {
+    const OP: &str = "rope";
+    if x.shape.len() != 3 {
+        return Err(shape_err(
+            OP,
+            format!("x must be [n, heads, head_dim], is {:?}", x.shape),
+        ));
+    }
+    let (n, heads, hd) = (x.shape[0], x.shape[1], x.shape[2]);
+    let rot = rope.config.rot_dim;
+    if rot == 0 || rot % 2 != 0 || rot > hd {
+        return Err(shape_err(
+            OP,
+            format!("rot_dim {rot} does not fit head_dim {hd}"),
+        ));
+    }
+    let half = rot / 2;
+    same_len(OP, "positions vs tokens", positions.numel(), n)?;
+    let max_pos = rope.cos.numel() / half;
+    let pos = be.host_u32(OP, "positions", positions)?;
+    if let Some(&p) = pos.iter().find(|&&p| p as usize >= max_pos) {
+        return Err(shape_err(
+            OP,
+            format!("position {p} beyond the table's {max_pos}"),
+        ));
+    }
+    let pp = be.ptr_of(OP, "positions", positions, DType::U32)?;
+    let c = be.ptr_of(OP, "cos", &rope.cos, DType::F32)?;
+    let s = be.ptr_of(OP, "sin", &rope.sin, DType::F32)?;
+    let xp = be.ptr_of(OP, "x", x, DType::F32)?;
+    let neox = matches!(rope.config.layout, RopeLayout::NeoX) as i32;
+    let total = n * heads * half;
+    be.launch(
+        OP,
+        Kernel::Rope,
+        (blocks(total)?, 1, 1),
+        TPB,
+        args![
+            xp,
+            pp,
+            c,
+            s,
+            n as i32,
+            heads as i32,
+            hd as i32,
+            rot as i32,
+            neox,
+            max_pos as i32
+        ],
+    )
+}
+
+pub(crate) fn argmax(be: &CudaBackend, logits: &Tensor, out: &mut Tensor) -> Result<()> {
+    const OP: &str = "argmax";
+    let v = logits.row_len();
+    let n = logits.rows();
+    same_len(OP, "rows vs out", n, out.numel())?;
+    let lp = be.ptr_of(OP, "logits", logits, DType::F32)?;
+    let op = be.ptr_of(OP, "out", out, DType::U32)?;
+    be.launch(
+        OP,
+        Kernel::Argmax,
+        (n as u32, 1, 1),
+        1024,
+        args![lp, op, v as i32],
+    )?;
+    if let Storage::Cuda(c) = &mut out.storage {
+        c.shadow = None; // written by the device now
+    }
+    Ok(())
+}
+
+pub(crate) fn gather_rows(
+    be: &CudaBackend,
+    src: &Tensor,
+    src_rows: &Tensor,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "gather_rows";
+    let d = src.row_len();
+    let m = src.rows();
+    let n = src_rows.numel();
+    if out.row_len() != d || out.rows() != n {
+        return Err(shape_err(
+            OP,
+            format!("out {:?} vs {n} rows of {d}", out.shape),
+        ));
+    }
+    let idx = be.host_u32(OP, "src_rows", src_rows)?;
+    if let Some(&r) = idx.iter().find(|&&r| r as usize >= m) {
+        return Err(shape_err(OP, format!("row {r} beyond the source's {m}")));
+    }
+    let sp = be.ptr_of(OP, "src", src, DType::F32)?;
+    let ip = be.ptr_of(OP, "src_rows", src_rows, DType::U32)?;
+    let op = be.ptr_of(OP, "out", out, DType::F32)?;
+    let gx = (d.div_ceil(TPB as usize)).min(64) as u32;
+    be.launch(
+        OP,
+        Kernel::GatherRows,
+        (gx.max(1), n as u32, 1),
+        TPB,
+        args![sp, ip, op, d as i32, m as i32],
+    )
+}

@@ -1,0 +1,193 @@
+//! CUDA `matmul` against independent references on random blocks of every format the GPU reads:
+//! a float64 dot over pocket-quant's reference dequantizer, and pocket-quant's CPU matmul.
+//! Tolerances are derived from each path's arithmetic (see `tolerance`), never tuned to pass.
+//! Skipped (with a message) where no CUDA device opens.
+#![cfg(feature = "cuda")]
+
+use pocket_kernels::{DType, Device, DeviceKind, HostBytes};
+use pocket_quant::{GgmlType, QuantFormat, QuantMatrix};
+
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Offsets of the f16 scales inside one block (ggml layouts), to overwrite with finite values.
+pub fn scale_offsets(t: GgmlType) -> &'static [usize] {
+    use GgmlType as G;
+    match t {
+        G::Q4_0 | G::Q5_0 | G::Q8_0 | G::IQ4_NL | G::IQ4_XS => &[0],
+        G::Q4_1 | G::Q5_1 | G::Q4_K | G::Q5_K => &[0, 2],
+        G::Q2_K => &[80, 82],
+        G::Q3_K => &[108],
+        G::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Random valid blocks: random quants and sub-scales, small finite f16 scales; float formats
+/// through their quantizer.
+fn random_weight(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let f = QuantFormat::Ggml(t);
+    if matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.f32()).collect();
+        return pocket_quant::quantize(f, &w).unwrap();
+    }
+    let bb = f.block_bytes();
+    let nb = rows * cols / f.block_size();
+    let mut out: Vec<u8> = (0..nb * bb).map(|_| rng.next_u64() as u8).collect();
+    for b in out.chunks_exact_mut(bb) {
+        for &o in scale_offsets(t) {
+            let v = half::f16::from_f32(0.002 + 0.01 * rng.f32().abs());
+            b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The error bound of the path the GPU takes for `n` rows of `format`:
+/// * dp4a GEMV (n <= 8, formats with one): the int8 rounding of each 32-element activation block
+///   (half a step of amax/127 per element, times |w|), plus f32 accumulation.
+/// * f32 GEMV (float formats, or formats without dp4a kernels): f32 accumulation only.
+/// * cuBLAS prefill (n > 8, quantized formats): W and x rounded to f16 (2^-11 relative each).
+fn tolerance(t: GgmlType, n: usize, w: &[f32], x: &[f32]) -> f64 {
+    let abs: f64 = w
+        .iter()
+        .zip(x)
+        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+        .sum();
+    let accum = 1e-5 * abs + 1e-6;
+    let float = matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    let dp4a = matches!(
+        t,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K
+    );
+    if float || (n <= 8 && !dp4a) {
+        accum
+    } else if n <= 8 {
+        let act: f64 = w
+            .chunks(32)
+            .zip(x.chunks(32))
+            .map(|(w, x)| {
+                let amax = x.iter().fold(0.0f64, |m, v| m.max(v.abs() as f64));
+                w.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 254.0
+            })
+            .sum();
+        act + accum
+    } else {
+        abs * 2.0f64.powi(-10) * 1.01 + accum
+    }
+}
+
+const FORMATS: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+#[test]
+fn gemv_matches_references_on_random_blocks() {
+    let dev = match Device::open(DeviceKind::Cuda(0)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut failures = Vec::new();
+    for (fi, &t) in FORMATS.iter().enumerate() {
+        let format = QuantFormat::Ggml(t);
+        let mut rng = Rng::new(100 + fi as u64);
+        // 67 rows: not a multiple of the 4 rows a GEMV block handles.
+        for &(rows, cols) in &[(67usize, 512usize), (35, 2048)] {
+            let bytes = random_weight(t, rows, cols, &mut rng);
+            let m = QuantMatrix {
+                format,
+                rows,
+                cols,
+                data: &bytes,
+                scales: None,
+                tensor_scale: None,
+            };
+            let mut deq = vec![0f32; rows * cols];
+            pocket_quant::dequantize_matrix(&m, &mut deq).unwrap();
+            let w = dev
+                .upload_weight(
+                    format,
+                    rows,
+                    cols,
+                    HostBytes::from_vec(bytes.clone()),
+                    None,
+                    None,
+                )
+                .unwrap();
+            for n in [1usize, 2, 8, 9, 17] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+                let xt = dev.upload_f32(&x, &[n, cols]).unwrap();
+                let mut out = dev.alloc(DType::F32, &[n, rows]).unwrap();
+                // Poison the output so an unwritten element cannot pass.
+                dev.write_f32(&mut out, &vec![f32::NAN; n * rows], &[n, rows])
+                    .unwrap();
+                dev.matmul(&xt, &w, &mut out).unwrap();
+                let got = dev.read_f32(&out).unwrap();
+                let mut cpu = vec![0f32; n * rows];
+                pocket_quant::matmul(&m, &x, n, &mut cpu).unwrap();
+                let mut worst = 0.0f64;
+                for i in 0..n {
+                    for r in 0..rows {
+                        let wr = &deq[r * cols..(r + 1) * cols];
+                        let xr = &x[i * cols..(i + 1) * cols];
+                        let want: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        let tol = tolerance(t, n, wr, xr);
+                        let g = got[i * rows + r] as f64;
+                        let ratio = if g.is_nan() {
+                            f64::INFINITY
+                        } else {
+                            (g - want).abs() / tol
+                        };
+                        worst = worst.max(ratio);
+                        if ratio > 1.0 && failures.len() < 20 {
+                            failures.push(format!(
+                                "{} [{rows}x{cols}] n={n} out[{i},{r}] = {g}, want {want} ± {tol} (cpu {})",
+                                format.name(),
+                                cpu[i * rows + r]
+                            ));
+                        }
+                    }
+                }
+                eprintln!(
+                    "{:7} [{rows:3}x{cols:4}] n={n:2}: worst error / bound = {worst:.3}",
+                    format.name()
+                );
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "GEMV mismatches:\n{}",
+        failures.join("\n")
+    );
+}

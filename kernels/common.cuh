@@ -1,0 +1,343 @@
+// Shared device helpers: half/bfloat conversions, warp reductions, and one decoder per GGML block
+// format. Every kernel that reads quantized weights (GEMV, embedding, dequantize-for-GEMM) goes
+// through these decoders, so a format's layout is written down once on the device side.
+#pragma once
+#include <stdint.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define DEVI __device__ __forceinline__
+
+DEVI float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+DEVI float bf2f(uint16_t b) { return __uint_as_float(((uint32_t)b) << 16); }
+DEVI uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+DEVI uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+// Unaligned little-endian loads from byte pointers (GGML blocks are only 2-byte aligned).
+DEVI uint16_t ld_u16(const uint8_t* p) { return (uint16_t)p[0] | ((uint16_t)p[1] << 8); }
+DEVI uint32_t ld_u32_a2(const uint8_t* p) {
+    const uint16_t* q = (const uint16_t*)p;
+    return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+}
+
+DEVI float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+DEVI float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// The 16 non-linear levels of IQ4_NL / IQ4_XS.
+__constant__ int8_t IQ4NL_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+// ---- block formats ------------------------------------------------------------------------------
+// Each format struct gives QK (elements per block), BYTES (bytes per block in the device layout)
+// and `decode16(row_ptr, aux_row, blk, chunk, out)`, which writes elements
+// [blk * QK + chunk * 16, +16) of one row. `row_ptr` points at the row's first block; `aux_row` at
+// the row's first companion entry for repacked formats (unused otherwise).
+//
+// Repacked layouts (chosen at upload so the GEMV can issue 16-byte loads): Q4_0 and Q8_0 keep all
+// quants of the matrix first (`rows * nb * QS` bytes, row-major by block) and the f16 scales after
+// them (`rows * nb * 2` bytes). Every other format keeps GGML's interleaved block layout.
+
+struct FmtF32 {
+    static constexpr int QK = 16, BYTES = 64;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int, float* out) {
+        const float4* p = (const float4*)(row + (size_t)blk * BYTES);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float4 v = p[i];
+            out[4 * i] = v.x; out[4 * i + 1] = v.y; out[4 * i + 2] = v.z; out[4 * i + 3] = v.w;
+        }
+    }
+};
+
+struct FmtF16 {
+    static constexpr int QK = 16, BYTES = 32;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int, float* out) {
+        const uint4* p = (const uint4*)(row + (size_t)blk * BYTES);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint4 v = p[i];
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                out[8 * i + 2 * j] = h2f(w[j] & 0xffff);
+                out[8 * i + 2 * j + 1] = h2f(w[j] >> 16);
+            }
+        }
+    }
+};
+
+struct FmtBF16 {
+    static constexpr int QK = 16, BYTES = 32;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int, float* out) {
+        const uint4* p = (const uint4*)(row + (size_t)blk * BYTES);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint4 v = p[i];
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                out[8 * i + 2 * j] = bf2f(w[j] & 0xffff);
+                out[8 * i + 2 * j + 1] = bf2f(w[j] >> 16);
+            }
+        }
+    }
+};
+
+// Q4_0, repacked: quants 16 bytes per block (low nibbles = elements 0..15, high = 16..31).
+struct FmtQ4_0 {
+    static constexpr int QK = 32, BYTES = 16, REPACKED = 1;
+    DEVI static void decode16(const uint8_t* row, const uint8_t* aux, int blk, int chunk, float* out) {
+        float d = h2f(((const uint16_t*)aux)[blk]);
+        uint4 v = *(const uint4*)(row + (size_t)blk * 16);
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        int sh = chunk * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = (float)((int)((w[j / 4] >> (8 * (j % 4) + sh)) & 15) - 8) * d;
+    }
+};
+
+// Q8_0, repacked: quants 32 bytes per block.
+struct FmtQ8_0 {
+    static constexpr int QK = 32, BYTES = 32, REPACKED = 1;
+    DEVI static void decode16(const uint8_t* row, const uint8_t* aux, int blk, int chunk, float* out) {
+        float d = h2f(((const uint16_t*)aux)[blk]);
+        uint4 v = *(const uint4*)(row + (size_t)blk * 32 + chunk * 16);
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = (float)(int8_t)((w[j / 4] >> (8 * (j % 4))) & 255) * d;
+    }
+};
+
+// Q4_1: { f16 d, f16 m, u8 qs[16] }, x = q * d + m.
+struct FmtQ4_1 {
+    static constexpr int QK = 32, BYTES = 20;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]), m = h2f(((const uint16_t*)b)[1]);
+        const uint8_t* qs = b + 4;
+        int sh = chunk * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = (float)((qs[j] >> sh) & 15) * d + m;
+    }
+};
+
+// Q5_0: { f16 d, u8 qh[4], u8 qs[16] }, fifth bit of element j in bit j of qh.
+struct FmtQ5_0 {
+    static constexpr int QK = 32, BYTES = 22;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]);
+        uint32_t qh = ld_u32_a2(b + 2);
+        const uint8_t* qs = b + 6;
+        int sh = chunk * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int q = ((qs[j] >> sh) & 15) | (((qh >> (j + 16 * chunk)) & 1) << 4);
+            out[j] = (float)(q - 16) * d;
+        }
+    }
+};
+
+// Q5_1: { f16 d, f16 m, u8 qh[4], u8 qs[16] }.
+struct FmtQ5_1 {
+    static constexpr int QK = 32, BYTES = 24;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]), m = h2f(((const uint16_t*)b)[1]);
+        uint32_t qh = *(const uint32_t*)(b + 4);
+        const uint8_t* qs = b + 8;
+        int sh = chunk * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int q = ((qs[j] >> sh) & 15) | (((qh >> (j + 16 * chunk)) & 1) << 4);
+            out[j] = (float)q * d + m;
+        }
+    }
+};
+
+// IQ4_NL: { f16 d, u8 qs[16] } with a non-linear code book.
+struct FmtIQ4_NL {
+    static constexpr int QK = 32, BYTES = 18;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]);
+        const uint8_t* qs = b + 2;
+        int sh = chunk * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = (float)IQ4NL_VALUES[(qs[j] >> sh) & 15] * d;
+    }
+};
+
+// 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block.
+DEVI void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Q2_K: { u8 scales[16], u8 qs[64], f16 d, f16 dmin }: 16 sub-blocks of 16.
+struct FmtQ2_K {
+    static constexpr int QK = 256, BYTES = 84;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(ld_u16(b + 80)), dmin = h2f(ld_u16(b + 82));
+        // Element e = 128*n + 32*s + l (l < 32) uses qs[32n + l] >> 2s with scale 8n + 2s + l/16.
+        int e0 = chunk * 16;
+        int n = e0 / 128, s = (e0 % 128) / 32, l0 = e0 % 32;
+        uint8_t sc = b[8 * n + 2 * s + l0 / 16];
+        float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
+        const uint8_t* qs = b + 16 + 32 * n + l0;
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = dl * (float)((qs[j] >> (2 * s)) & 3) - ml;
+    }
+};
+
+// Q3_K: { u8 hmask[32], u8 qs[64], u8 scales[12], f16 d }: 16 sub-blocks of 16, 6-bit scales.
+struct FmtQ3_K {
+    static constexpr int QK = 256, BYTES = 110;
+    DEVI static int scale(const uint8_t* s, int is) {
+        // 16 six-bit scales: low 4 bits in s[0..8], high 2 bits in s[8..12].
+        int lo = (is < 8) ? (s[is] & 0xF) : (s[is - 8] >> 4);
+        int hi = (s[8 + (is % 4)] >> (2 * (is / 4))) & 3;
+        return (lo | (hi << 4)) - 32;
+    }
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(ld_u16(b + 108));
+        int e0 = chunk * 16;
+        int n = e0 / 128, s = (e0 % 128) / 32, l0 = e0 % 32;
+        int is = 8 * n + 2 * s + l0 / 16;
+        float dl = d * (float)scale(b + 96, is);
+        const uint8_t* qs = b + 32 + 32 * n + l0;
+        const uint8_t* hm = b + l0;
+        uint8_t mbit = (uint8_t)(1u << (4 * n + s));
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int q = ((qs[j] >> (2 * s)) & 3) - ((hm[j] & mbit) ? 0 : 4);
+            out[j] = dl * (float)q;
+        }
+    }
+};
+
+// Q4_K: { f16 d, f16 dmin, u8 scales[12], u8 qs[128] }: 8 sub-blocks of 32.
+struct FmtQ4_K {
+    static constexpr int QK = 256, BYTES = 144;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]), dmin = h2f(((const uint16_t*)b)[1]);
+        int e0 = chunk * 16;
+        int sub = e0 / 32;  // sub-block; pairs (2c, 2c+1) share qs[32c..32c+32]
+        int sc, m;
+        scale_min_k4(sub, b + 4, sc, m);
+        float dl = d * sc, ml = dmin * m;
+        const uint8_t* qs = b + 16 + 32 * (sub / 2) + (e0 % 32);
+        int sh = (sub & 1) * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = dl * (float)((qs[j] >> sh) & 15) - ml;
+    }
+};
+
+// Q5_K: { f16 d, f16 dmin, u8 scales[12], u8 qh[32], u8 qs[128] }.
+struct FmtQ5_K {
+    static constexpr int QK = 256, BYTES = 176;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]), dmin = h2f(((const uint16_t*)b)[1]);
+        int e0 = chunk * 16;
+        int sub = e0 / 32;
+        int sc, m;
+        scale_min_k4(sub, b + 4, sc, m);
+        float dl = d * sc, ml = dmin * m;
+        int l0 = e0 % 32;
+        const uint8_t* qh = b + 16 + l0;
+        const uint8_t* qs = b + 48 + 32 * (sub / 2) + l0;
+        int sh = (sub & 1) * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int q = ((qs[j] >> sh) & 15) | (((qh[j] >> sub) & 1) << 4);
+            out[j] = dl * (float)q - ml;
+        }
+    }
+};
+
+// Q6_K: { u8 ql[128], u8 qh[64], i8 scales[16], f16 d }: 16 sub-blocks of 16.
+struct FmtQ6_K {
+    static constexpr int QK = 256, BYTES = 210;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(ld_u16(b + 208));
+        // Element e = 128*n + 32*k + l: ql[64n + l + 32*(k&1)] nibble (k>>1), qh[32n + l] bits 2k.
+        int e0 = chunk * 16;
+        int n = e0 / 128, k = (e0 % 128) / 32, l0 = e0 % 32;
+        float dl = d * (float)(int8_t)b[192 + 8 * n + l0 / 16 + 2 * k];
+        const uint8_t* ql = b + 64 * n + 32 * (k & 1) + l0;
+        const uint8_t* qh = b + 128 + 32 * n + l0;
+        int shl = (k >> 1) * 4, shh = 2 * k;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int q = (((ql[j] >> shl) & 15) | (((qh[j] >> shh) & 3) << 4)) - 32;
+            out[j] = dl * (float)q;
+        }
+    }
+};
+
+// IQ4_XS: { f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128] }: 8 sub-blocks of 32, 6-bit scales.
+struct FmtIQ4_XS {
+    static constexpr int QK = 256, BYTES = 136;
+    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+        const uint8_t* b = row + (size_t)blk * BYTES;
+        float d = h2f(((const uint16_t*)b)[0]);
+        uint16_t sh_bits = ((const uint16_t*)b)[1];
+        int e0 = chunk * 16;
+        int ib = e0 / 32;
+        int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh_bits >> (2 * ib)) & 3) << 4);
+        float dl = d * (float)(ls - 32);
+        // Sub-block ib: qs[16*ib .. +16]; low nibbles are elements 0..15, high nibbles 16..31.
+        const uint8_t* qs = b + 8 + 16 * ib;
+        int sh = ((e0 % 32) / 16) * 4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = dl * (float)IQ4NL_VALUES[(qs[j] >> sh) & 15];
+    }
+};
+
+template <typename F> struct Repacked { static constexpr bool value = false; };
+template <> struct Repacked<FmtQ4_0> { static constexpr bool value = true; };
+template <> struct Repacked<FmtQ8_0> { static constexpr bool value = true; };
+
+// Pointers to one row's blocks and companion entries.
+template <typename F>
+DEVI void row_ptrs(const uint8_t* w, size_t rows, size_t nb, size_t r, const uint8_t*& row,
+                   const uint8_t*& aux) {
+    row = w + r * nb * F::BYTES;
+    aux = Repacked<F>::value ? (w + rows * nb * F::BYTES + r * nb * 2) : nullptr;
+}
+
+// X-macro over every format with a device decoder: (suffix, struct).
+#define FOR_EACH_FORMAT(X) \
+    X(f32, FmtF32)         \
+    X(f16, FmtF16)         \
+    X(bf16, FmtBF16)       \
+    X(q4_0, FmtQ4_0)       \
+    X(q4_1, FmtQ4_1)       \
+    X(q5_0, FmtQ5_0)       \
+    X(q5_1, FmtQ5_1)       \
+    X(q8_0, FmtQ8_0)       \
+    X(q2_k, FmtQ2_K)       \
+    X(q3_k, FmtQ3_K)       \
+    X(q4_k, FmtQ4_K)       \
+    X(q5_k, FmtQ5_K)       \
+    X(q6_k, FmtQ6_K)       \
+    X(iq4_nl, FmtIQ4_NL)   \
+    X(iq4_xs, FmtIQ4_XS)

@@ -1,0 +1,137 @@
+// Elementwise and indexing ops: bias, residual add, SwiGLU, row gather, RoPE, KV-cache write,
+// quantized embedding lookup and dequantization to f16 (the first prefill GEMM path).
+#include "common.cuh"
+
+extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ b, size_t total, int m) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] += b[i % m];
+}
+
+extern "C" __global__ void add_assign(float* __restrict__ x, const float* __restrict__ y, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) x[i] += y[i];
+}
+
+extern "C" __global__ void silu_mul(const float* __restrict__ g, const float* __restrict__ u,
+                                   float* __restrict__ out, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) {
+        float a = g[i];
+        out[i] = a / (1.f + expf(-a)) * u[i];
+    }
+}
+
+// out[i, :] = src[rows[i], :]; grid.y = i. Rows past `src_rows` are written as NaN so a bad index
+// is visible instead of reading another allocation.
+extern "C" __global__ void gather_rows(const float* __restrict__ src, const uint32_t* __restrict__ rows,
+                                       float* __restrict__ out, int d, int src_rows) {
+    int i = blockIdx.y;
+    uint32_t r = rows[i];
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < d; c += gridDim.x * blockDim.x)
+        out[(size_t)i * d + c] = r < (uint32_t)src_rows ? src[(size_t)r * d + c] : __int_as_float(0x7fc00000);
+}
+
+// x [n, heads, head_dim] rotated in place; one thread per (token, head, pair). `neox` selects the
+// rotate-half pairing (i, i + rot/2), otherwise adjacent pairs (2i, 2i + 1).
+extern "C" __global__ void rope(float* __restrict__ x, const uint32_t* __restrict__ pos,
+                               const float* __restrict__ cos_t, const float* __restrict__ sin_t, int n,
+                               int heads, int head_dim, int rot_dim, int neox, int max_pos) {
+    int half = rot_dim / 2;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t total = (size_t)n * heads * half;
+    if (t >= total) return;
+    int i = t % half;
+    size_t th = t / half;  // token * heads + head
+    int tok = th / heads;
+    uint32_t p = pos[tok];
+    if (p >= (uint32_t)max_pos) return;  // validated on the host where positions are known
+    float c = cos_t[(size_t)p * half + i], s = sin_t[(size_t)p * half + i];
+    float* h = x + th * head_dim;
+    int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    float x0 = h[a], x1 = h[b];
+    h[a] = x0 * c - x1 * s;
+    h[b] = x0 * s + x1 * c;
+}
+
+// K/V rows [n, kv_heads * head_dim] f32 into paged caches [blocks * block_size, kv_heads * head_dim].
+template <typename T> DEVI T from_f32(float v);
+template <> DEVI float from_f32<float>(float v) { return v; }
+template <> DEVI uint16_t from_f32<uint16_t>(float v) { return f2h(v); }
+struct bf16_tag { uint16_t bits; };
+template <> DEVI bf16_tag from_f32<bf16_tag>(float v) { return bf16_tag{f2bf(v)}; }
+
+template <typename T>
+__device__ void kv_write(const float* k, const float* v, T* kc, T* vc, const uint32_t* slots, int n, int width) {
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n * width) return;
+    int tok = t / width, e = t % width;
+    size_t dst = (size_t)slots[tok] * width + e;
+    kc[dst] = from_f32<T>(k[t]);
+    vc[dst] = from_f32<T>(v[t]);
+}
+#define DEF_KVW(name, T)                                                                          \
+    extern "C" __global__ void kv_write_##name(const float* k, const float* v, T* kc, T* vc,      \
+                                               const uint32_t* slots, int n, int width) {         \
+        kv_write<T>(k, v, kc, vc, slots, n, width);                                               \
+    }
+DEF_KVW(f32, float)
+DEF_KVW(f16, uint16_t)
+DEF_KVW(bf16, bf16_tag)
+
+// Embedding: out[i, :] = dequant(table[ids[i], :]); one thread per 16-element chunk, grid.y = i.
+// An id past the table writes NaN (the host cannot see device ids without a sync).
+template <typename F>
+__device__ void embed(const uint8_t* w, const uint32_t* ids, float* out, int rows, int cols) {
+    int i = blockIdx.y;
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= cols / 16) return;
+    uint32_t id = ids[i];
+    float v[16];
+    if (id < (uint32_t)rows) {
+        const uint8_t *row, *aux;
+        row_ptrs<F>(w, rows, cols / F::QK, id, row, aux);
+        F::decode16(row, aux, k / (F::QK / 16), k % (F::QK / 16), v);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 16; j++) v[j] = __int_as_float(0x7fc00000);
+    }
+    float4* o = (float4*)(out + (size_t)i * cols + (size_t)k * 16);
+#pragma unroll
+    for (int q = 0; q < 4; q++) o[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+}
+
+// Dequantize rows [r0, r0 + nr) of W into f16 `out` [nr, cols] (prefill GEMM through cuBLAS).
+template <typename F>
+__device__ void dequant_f16(const uint8_t* w, uint16_t* out, int rows, int cols, int r0, int nr) {
+    size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int cpr = cols / 16;
+    if (k >= (size_t)nr * cpr) return;
+    int r = r0 + k / cpr, c = k % cpr;
+    const uint8_t *row, *aux;
+    row_ptrs<F>(w, rows, cols / F::QK, r, row, aux);
+    float v[16];
+    F::decode16(row, aux, c / (F::QK / 16), c % (F::QK / 16), v);
+    uint32_t h[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) h[j] = (uint32_t)f2h(v[2 * j]) | ((uint32_t)f2h(v[2 * j + 1]) << 16);
+    uint4* o = (uint4*)(out + ((size_t)(r - r0) * cols + (size_t)c * 16));
+    o[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    o[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+#define DEF_EMBED(name, F)                                                                        \
+    extern "C" __global__ void embed_##name(const uint8_t* w, const uint32_t* ids, float* out,    \
+                                            int rows, int cols) {                                 \
+        embed<F>(w, ids, out, rows, cols);                                                        \
+    }                                                                                             \
+    extern "C" __global__ void dequant_f16_##name(const uint8_t* w, uint16_t* out, int rows,      \
+                                                  int cols, int r0, int nr) {                     \
+        dequant_f16<F>(w, out, rows, cols, r0, nr);                                               \
+    }
+FOR_EACH_FORMAT(DEF_EMBED)
+
+// f32 -> f16 (activations for the cuBLAS prefill GEMM).
+extern "C" __global__ void f32_to_f16(const float* __restrict__ x, uint16_t* __restrict__ y, size_t total) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) y[i] = f2h(x[i]);
+}

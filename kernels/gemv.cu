@@ -1,0 +1,295 @@
+// Decode GEMV: out[j, r] = sum_c x[j, c] * W[r, c] for a few activation rows j (n <= GEMV_MAX_N),
+// reading W's quantized blocks directly.
+//
+// Two families:
+//  * gemv_f_<fmt>: dequantize 16 elements at a time to f32 (common.cuh decoders) and FMA against
+//    the f32 activations. Serves every format; the reference GPU path.
+//  * gemv_q8_<fmt>: the activation is quantized once to 8-bit blocks of 32 (quantize_q8) and the
+//    weight quants meet it in dp4a integer dot products, so dequantization arithmetic stays off
+//    the critical path and the loop is bound by weight bytes. Formats with a repacked layout
+//    (Q4_0, Q8_0) get 16-byte weight loads.
+//
+// Launch: block = 128 threads = 4 warps, one warp per weight row; grid.x = ceil(rows / 4).
+#include "common.cuh"
+
+#define GEMV_MAX_N 8
+#define GEMV_WARPS 4
+
+template <typename F, int NMAX>
+__device__ void gemv_f(const uint8_t* __restrict__ w, const float* __restrict__ x,
+                       float* __restrict__ out, int rows, int cols, int n) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int r = blockIdx.x * GEMV_WARPS + warp;
+    if (r >= rows) return;
+    size_t nb = cols / F::QK;
+    const uint8_t *row, *aux;
+    row_ptrs<F>(w, rows, nb, r, row, aux);
+    constexpr int CPB = F::QK / 16;  // 16-element chunks per block
+    int nchunks = cols / 16;
+    float acc[NMAX];
+#pragma unroll
+    for (int j = 0; j < NMAX; j++) acc[j] = 0.f;
+    for (int k = lane; k < nchunks; k += 32) {
+        float v[16];
+        F::decode16(row, aux, k / CPB, k % CPB, v);
+#pragma unroll
+        for (int j = 0; j < NMAX; j++) {
+            if (j < n) {
+                const float4* xp = (const float4*)(x + (size_t)j * cols + (size_t)k * 16);
+                float s = 0.f;
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float4 xv = xp[q];
+                    s += v[4 * q] * xv.x + v[4 * q + 1] * xv.y + v[4 * q + 2] * xv.z + v[4 * q + 3] * xv.w;
+                }
+                acc[j] += s;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NMAX; j++) {
+        if (j < n) {
+            float s = warp_sum(acc[j]);
+            if (lane == 0) out[(size_t)j * rows + r] = s;
+        }
+    }
+}
+
+// `_n1` serves the pure decode case (one activation row) with no per-row guards; `_n8` serves
+// 1..=8 rows, loading each weight block once for all of them.
+#define DEF_GEMV_F(name, F)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128) gemv_f_##name##_n1(                     \
+        const uint8_t* w, const float* x, float* out, int rows, int cols, int n) {             \
+        gemv_f<F, 1>(w, x, out, rows, cols, 1);                                                \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128) gemv_f_##name##_n8(                     \
+        const uint8_t* w, const float* x, float* out, int rows, int cols, int n) {             \
+        gemv_f<F, 8>(w, x, out, rows, cols, n);                                                \
+    }
+FOR_EACH_FORMAT(DEF_GEMV_F)
+
+// ---- activation quantization ------------------------------------------------------------------
+
+// x [n, cols] f32 -> xq int8 [n, cols], xd [n, cols/32] scales, xs [n, cols/32] = xd * sum(xq).
+// One warp per 32-element block, one element per lane.
+extern "C" __global__ void quantize_q8(const float* __restrict__ x, int8_t* __restrict__ xq,
+                                       float* __restrict__ xd, float* __restrict__ xs,
+                                       int total_blocks) {
+    int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (b >= total_blocks) return;
+    float v = x[(size_t)b * 32 + lane];
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.f;
+    int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+    xq[(size_t)b * 32 + lane] = (int8_t)q;
+    float sum = warp_sum((float)q);
+    if (lane == 0) {
+        xd[b] = d;
+        xs[b] = d * sum;
+    }
+}
+
+// ---- dp4a GEMV ----------------------------------------------------------------------------------
+
+DEVI int dp4a(int a, int b, int c) {
+#if __CUDA_ARCH__ >= 610
+    return __dp4a(a, b, c);
+#else
+    const int8_t* pa = (const int8_t*)&a;
+    const int8_t* pb = (const int8_t*)&b;
+    return c + pa[0] * pb[0] + pa[1] * pb[1] + pa[2] * pb[2] + pa[3] * pb[3];
+#endif
+}
+
+// Activation view for one row j: int8 quants, per-32 scale and scaled sum.
+struct Q8Act {
+    const int8_t* q;
+    const float* d;
+    const float* s;
+};
+
+// Each format: TPB (threads per block), and dot(row, aux, blk, part, act) over the part's
+// elements of block `blk`. A warp walks work items w = blk * TPB + part.
+
+struct DotQ4_0 {
+    using Fmt = FmtQ4_0;  // repacked: 16 quant bytes per block + f16 scales apart
+    static constexpr int QK = 32, TPB = 1;
+    DEVI static float dot(const uint8_t* row, const uint8_t* aux, int blk, int, const Q8Act& a) {
+        uint4 wv = __ldg((const uint4*)(row + (size_t)blk * 16));
+        const int4* ap = (const int4*)(a.q + (size_t)blk * 32);
+        int4 a0 = ap[0], a1 = ap[1];
+        uint32_t w4[4] = {wv.x, wv.y, wv.z, wv.w};
+        int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], s);
+            s = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], s);
+        }
+        float dw = h2f(((const uint16_t*)aux)[blk]);
+        // sum (q - 8) * a = sumi - 8 * sum(a)
+        return dw * (a.d[blk] * (float)s - 8.f * a.s[blk]);
+    }
+};
+
+struct DotQ8_0 {
+    using Fmt = FmtQ8_0;  // repacked: 32 quant bytes per block; two threads per block
+    static constexpr int QK = 32, TPB = 2;
+    DEVI static float dot(const uint8_t* row, const uint8_t* aux, int blk, int part, const Q8Act& a) {
+        int4 wv = __ldg((const int4*)(row + (size_t)blk * 32 + part * 16));
+        int4 av = *(const int4*)(a.q + (size_t)blk * 32 + part * 16);
+        int s = dp4a(wv.x, av.x, 0);
+        s = dp4a(wv.y, av.y, s);
+        s = dp4a(wv.z, av.z, s);
+        s = dp4a(wv.w, av.w, s);
+        float dw = h2f(((const uint16_t*)aux)[blk]);
+        return dw * a.d[blk] * (float)s;
+    }
+};
+
+struct DotQ4_1 {
+    using Fmt = FmtQ4_1;  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
+    static constexpr int QK = 32, TPB = 1;
+    DEVI static float dot(const uint8_t* row, const uint8_t*, int blk, int, const Q8Act& a) {
+        const uint32_t* b = (const uint32_t*)(row + (size_t)blk * 20);
+        uint32_t dm = __ldg(b);
+        uint32_t w4[4] = {__ldg(b + 1), __ldg(b + 2), __ldg(b + 3), __ldg(b + 4)};
+        const int4* ap = (const int4*)(a.q + (size_t)blk * 32);
+        int4 a0 = ap[0], a1 = ap[1];
+        int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], s);
+            s = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], s);
+        }
+        float d = h2f(dm & 0xffff), m = h2f(dm >> 16);
+        return d * a.d[blk] * (float)s + m * a.s[blk];
+    }
+};
+
+// Q4_K: 8 threads per 144-byte super-block; thread p reads qs bytes [16p, 16p+16): low nibbles
+// belong to sub-block 2*(p/2), high nibbles to 2*(p/2)+1, each 16 elements at offset 16*(p%2).
+struct DotQ4_K {
+    using Fmt = FmtQ4_K;
+    static constexpr int QK = 256, TPB = 8;
+    DEVI static float dot(const uint8_t* row, const uint8_t*, int blk, int p, const Q8Act& a) {
+        const uint8_t* b = row + (size_t)blk * 144;
+        uint2 hdr = __ldg((const uint2*)b);
+        uint4 wv = __ldg((const uint4*)(b + 16 + 16 * p));
+        int c = p / 2, h = p % 2;
+        int sub0 = 2 * c, sub1 = 2 * c + 1;
+        const uint8_t* sc = b + 4;  // scale bytes: L1 hits after the first thread of the block
+        int s0, m0, s1, m1;
+        scale_min_k4(sub0, sc, s0, m0);
+        scale_min_k4(sub1, sc, s1, m1);
+        size_t ab0 = (size_t)blk * 8 + sub0, ab1 = ab0 + 1;
+        int4 alo = *(const int4*)(a.q + ab0 * 32 + 16 * h);
+        int4 ahi = *(const int4*)(a.q + ab1 * 32 + 16 * h);
+        uint32_t w4[4] = {wv.x, wv.y, wv.z, wv.w};
+        int lo[4] = {alo.x, alo.y, alo.z, alo.w}, hi[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
+        int slo = 0, shi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            slo = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], slo);
+            shi = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], shi);
+        }
+        float d = h2f(hdr.x & 0xffff), dmin = h2f(hdr.x >> 16);
+        float r = d * (a.d[ab0] * (float)(s0 * slo) + a.d[ab1] * (float)(s1 * shi));
+        // The min term covers whole 32-element activation blocks: the h == 0 thread adds it once.
+        if (h == 0) r -= dmin * ((float)m0 * a.s[ab0] + (float)m1 * a.s[ab1]);
+        return r;
+    }
+};
+
+// Q6_K: 8 threads per 210-byte super-block; thread p covers elements 128n + 32k + (0..32) with
+// n = p/4, k = p%4: quants from ql (nibble k/2) and qh (bits 2k), one scale per 16 elements.
+// The block is only 2-byte aligned, so quants are read as 16-bit halves.
+struct DotQ6_K {
+    using Fmt = FmtQ6_K;
+    static constexpr int QK = 256, TPB = 8;
+    DEVI static float dot(const uint8_t* row, const uint8_t*, int blk, int p, const Q8Act& a) {
+        const uint8_t* b = row + (size_t)blk * 210;
+        int n = p / 4, k = p % 4;
+        const uint16_t* ql = (const uint16_t*)(b + 64 * n + 32 * (k & 1));
+        const uint16_t* qh = (const uint16_t*)(b + 128 + 32 * n);
+        int shl = (k >> 1) * 4, shh = 2 * k;
+        size_t ab = (size_t)blk * 8 + 4 * n + k;
+        const int4* ap = (const int4*)(a.q + ab * 32);
+        int s[2] = {0, 0};
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int4 av = ap[half];
+            int aw[4] = {av.x, av.y, av.z, av.w};
+            int t = 0, off = 0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int e = 16 * half + 4 * i;  // element offset within the 32
+                uint32_t l = (uint32_t)__ldg(ql + e / 2) | ((uint32_t)__ldg(ql + e / 2 + 1) << 16);
+                uint32_t hh = (uint32_t)__ldg(qh + e / 2) | ((uint32_t)__ldg(qh + e / 2 + 1) << 16);
+                uint32_t q = ((l >> shl) & 0x0f0f0f0f) | (((hh >> shh) & 0x03030303) << 4);
+                // q is 0..63 per byte; (q - 32) . a = q . a - 32 * sum(a)
+                t = dp4a((int)q, aw[i], t);
+                off = dp4a(0x20202020, aw[i], off);
+            }
+            s[half] = t - off;
+        }
+        const int8_t* scl = (const int8_t*)(b + 192 + 8 * n + 2 * k);
+        float d = h2f(ld_u16(b + 208));
+        return d * a.d[ab] * ((float)scl[0] * (float)s[0] + (float)scl[1] * (float)s[1]);
+    }
+};
+
+template <typename D, int NMAX>
+__device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
+                        const float* __restrict__ xd, const float* __restrict__ xs,
+                        float* __restrict__ out, int rows, int cols, int n) {
+    using F = typename D::Fmt;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int r = blockIdx.x * GEMV_WARPS + warp;
+    if (r >= rows) return;
+    int nb = cols / D::QK;
+    const uint8_t *row, *aux;
+    row_ptrs<F>(w, rows, nb, r, row, aux);
+    float acc[NMAX];
+#pragma unroll
+    for (int j = 0; j < NMAX; j++) acc[j] = 0.f;
+    int items = nb * D::TPB;
+    // Unrolled by 4 so each lane has several independent 16-byte weight loads in flight.
+#pragma unroll 4
+    for (int it = lane; it < items; it += 32) {
+        int blk = it / D::TPB, part = it % D::TPB;
+#pragma unroll
+        for (int j = 0; j < NMAX; j++) {
+            if (j < n) {
+                Q8Act a{xq + (size_t)j * cols, xd + (size_t)j * (cols / 32), xs + (size_t)j * (cols / 32)};
+                acc[j] += D::dot(row, aux, blk, part, a);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NMAX; j++) {
+        if (j < n) {
+            float s = warp_sum(acc[j]);
+            if (lane == 0) out[(size_t)j * rows + r] = s;
+        }
+    }
+}
+
+#define DEF_GEMV_Q8(name, D)                                                                   \
+    extern "C" __global__ void __launch_bounds__(128) gemv_q8_##name##_n1(                    \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols, int n) {                                                           \
+        gemv_q8<D, 1>(w, xq, xd, xs, out, rows, cols, 1);                                      \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128) gemv_q8_##name##_n8(                    \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols, int n) {                                                           \
+        gemv_q8<D, 8>(w, xq, xd, xs, out, rows, cols, n);                                      \
+    }
+DEF_GEMV_Q8(q4_0, DotQ4_0)
+DEF_GEMV_Q8(q4_1, DotQ4_1)
+DEF_GEMV_Q8(q8_0, DotQ8_0)
+DEF_GEMV_Q8(q4_k, DotQ4_K)
+DEF_GEMV_Q8(q6_k, DotQ6_K)

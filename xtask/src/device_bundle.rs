@@ -1,0 +1,3 @@
+pub fn run(_a: &[String]) -> Result<(), String> {
+    Err("todo".into())
+}
