@@ -11,6 +11,7 @@ pub mod fake;
 pub mod metrics;
 pub mod response;
 pub mod routes;
+pub mod scheduler;
 pub mod server;
 pub mod sse;
 pub mod stop;

@@ -311,12 +311,14 @@ fn parse_chat(c: CommonParams, p: ChatParams) -> Result<ParsedRequest, ApiError>
         let role = match m.role.as_str() {
             "system" | "user" | "assistant" | "tool" => m.role.clone(),
             "developer" => "system".to_string(),
-            other => return Err(ApiError::invalid(
-                Some(format!("messages[{i}].role")),
-                format!(
+            other => {
+                return Err(ApiError::invalid(
+                    Some(format!("messages[{i}].role")),
+                    format!(
                     "Invalid role '{other}': expected system, developer, user, assistant or tool"
                 ),
-            )),
+                ))
+            }
         };
         if m.tool_calls.as_ref().is_some_and(|t| !t.is_null()) {
             return Err(ApiError::unsupported(

@@ -22,7 +22,10 @@ fn python() -> Option<String> {
     let py = match std::env::var("POCKET_PYTHON") {
         Ok(p) if !p.is_empty() => p,
         _ => {
-            assert!(!in_ci(), "POCKET_PYTHON is not set under CI: run through scripts/test");
+            assert!(
+                !in_ci(),
+                "POCKET_PYTHON is not set under CI: run through scripts/test"
+            );
             eprintln!("skipping: POCKET_PYTHON not set (run through scripts/test)");
             return None;
         }
@@ -75,7 +78,10 @@ async fn official_openai_client_suite() {
     );
     eprintln!("{text}");
     assert!(out.status.success(), "openai client suite failed:\n{text}");
-    assert!(!text.contains("skipped"), "no test may skip against the fake backend:\n{text}");
+    assert!(
+        !text.contains("skipped"),
+        "no test may skip against the fake backend:\n{text}"
+    );
     let st = s.backend_stats();
     assert_eq!((st.running, st.queued, st.cache_blocks_used), (0, 0, 0));
 }
