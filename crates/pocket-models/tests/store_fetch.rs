@@ -288,5 +288,31 @@ fn real_fetch_smollm2() {
     let tok = pocket_models::tokenizer::Tokenizer::from_gguf_path(&m.path).unwrap();
     let ids = tok.encode("Hello, world!", false, false).unwrap();
     assert_eq!(tok.decode(&ids, false).unwrap(), "Hello, world!");
-    assert!(tok.chat_template().is_some());
+    // the GGUF's own chat template renders, and its control-token text becomes control tokens
+    use pocket_models::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
+    let tpl = ChatTemplate::new(
+        tok.chat_template()
+            .expect("SmolLM2 GGUF carries a chat template"),
+    )
+    .unwrap();
+    let prompt = tpl
+        .render(
+            &[ChatMessage::user("Hi")],
+            &RenderOptions::for_tokenizer(&tok, true),
+        )
+        .unwrap();
+    assert!(
+        prompt.contains("<|im_start|>user\nHi<|im_end|>"),
+        "{prompt:?}"
+    );
+    assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt:?}");
+    let ids = tok.encode(&prompt, false, true).unwrap();
+    let im_start = tok.token_id("<|im_start|>").unwrap();
+    assert_eq!(
+        ids.iter().filter(|&&i| i == im_start).count(),
+        prompt.matches("<|im_start|>").count()
+    );
+    assert!(tok
+        .stop_token_ids()
+        .contains(&tok.token_id("<|im_end|>").unwrap()));
 }

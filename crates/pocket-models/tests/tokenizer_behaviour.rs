@@ -206,3 +206,57 @@ fn bad_vocabularies_are_errors() {
     assert!(tok.decode(&[5], false).is_err());
     assert!(Tokenizer::from_tokenizer_json_bytes(b"not json", None).is_err());
 }
+
+#[test]
+fn random_text_roundtrips_through_every_vocabulary() {
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let alphabet = [
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "a",
+        "Hello",
+        "ß",
+        "é",
+        "e\u{301}",
+        "中文",
+        "🦙",
+        "👩‍👩‍👧",
+        "\u{0}",
+        "\u{7f}",
+        "1",
+        "234",
+        "'s",
+        "<s>",
+        "<|im_start|>",
+        "\u{FFFD}",
+        "\u{10FFFF}",
+        "ქ",
+        "ا",
+        "-",
+        ".",
+    ];
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    for name in [
+        "ggml-vocab-qwen2.gguf",
+        "ggml-vocab-llama-spm.gguf",
+        "ggml-vocab-gpt-2.gguf",
+        "ggml-vocab-llama-bpe.gguf",
+        "ggml-vocab-deepseek-llm.gguf",
+    ] {
+        let tok = Tokenizer::from_gguf_vocab(&vocab(name)).unwrap();
+        for _ in 0..300 {
+            let len = (rng.next_u32() % 12) as usize;
+            let text: String = (0..len)
+                .map(|_| alphabet[rng.next_u32() as usize % alphabet.len()])
+                .collect();
+            let ids = tok.encode(&text, false, false).unwrap();
+            assert_eq!(
+                tok.decode(&ids, false).unwrap(),
+                text,
+                "{name}: {text:?} -> {ids:?}"
+            );
+        }
+    }
+}

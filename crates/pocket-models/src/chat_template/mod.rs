@@ -64,6 +64,18 @@ pub struct RenderOptions {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+impl RenderOptions {
+    /// Options carrying a tokenizer's `bos_token` / `eos_token` texts.
+    pub fn for_tokenizer(tok: &crate::tokenizer::Tokenizer, add_generation_prompt: bool) -> Self {
+        Self {
+            add_generation_prompt,
+            bos_token: tok.bos_token().map(str::to_string),
+            eos_token: tok.eos_token().map(str::to_string),
+            ..Self::default()
+        }
+    }
+}
+
 /// A compiled chat template.
 #[derive(Debug)]
 pub struct ChatTemplate {

@@ -57,7 +57,8 @@ fn token_field(cfg: &Value, key: &str) -> Option<String> {
 }
 
 impl Tokenizer {
-    /// Loads `tokenizer.json`, and `tokenizer_config.json` from the same folder when present.
+    /// Loads `tokenizer.json`, plus `tokenizer_config.json` and `chat_template.jinja` from the
+    /// same folder when present (the separate template file wins, as in transformers).
     pub fn from_tokenizer_json(path: &Path) -> Result<Self, TokenizerError> {
         let read = |p: &Path| {
             std::fs::read(p).map_err(|source| TokenizerError::Io {
@@ -72,7 +73,13 @@ impl Tokenizer {
         } else {
             None
         };
-        Self::from_tokenizer_json_bytes(&json, cfg.as_deref())
+        let mut tok = Self::from_tokenizer_json_bytes(&json, cfg.as_deref())?;
+        let tpl_path = path.with_file_name("chat_template.jinja");
+        if tpl_path.exists() {
+            let tpl = read(&tpl_path)?;
+            tok.chat_template = Some(String::from_utf8_lossy(&tpl).into_owned());
+        }
+        Ok(tok)
     }
 
     /// Builds from the bytes of `tokenizer.json` and, optionally, `tokenizer_config.json`.

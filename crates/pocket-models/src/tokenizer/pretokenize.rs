@@ -134,6 +134,7 @@ impl Splitter {
 #[derive(Debug)]
 pub struct PreTokenizer {
     name: String,
+    patterns: Vec<&'static str>,
     splitters: Vec<Splitter>,
     ignore_merges: bool,
 }
@@ -197,13 +198,14 @@ impl PreTokenizer {
         let (pats, ignore_merges) =
             patterns(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer(name.to_string()))?;
         let splitters = pats
-            .into_iter()
+            .iter()
             .map(|p| {
                 Splitter::new(p).map_err(|e| TokenizerError::Regex(format!("{name}: {p:?}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             name: name.to_string(),
+            patterns: pats,
             splitters,
             ignore_merges,
         })
@@ -212,6 +214,11 @@ impl PreTokenizer {
     /// The pre-tokenizer's name as given in the metadata.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The regexes as llama.cpp writes them, in the order they are applied.
+    pub fn patterns(&self) -> &[&'static str] {
+        &self.patterns
     }
 
     /// Whether a word found whole in the vocabulary is emitted without merging.
