@@ -22,14 +22,16 @@ use crate::stop::StopMatcher;
 /// One token produced by [`StepEngine::step`] for one sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepToken {
-    /// The sampled token id.
-    pub token: u32,
+    /// The sampled token id (`None` when the sequence ended without one, e.g. context full).
+    pub token: Option<u32>,
     /// Log-probability of the token and the top alternatives `(id, logprob)`, when asked for.
     pub logprobs: Option<(f32, Vec<(u32, f32)>)>,
     /// Set on the sequence's last token: why it ended.
     pub finished: Option<FinishReason>,
     /// The token is an end-of-sequence marker: counted, not shown.
     pub is_eos: bool,
+    /// The engine failed this sequence (it is gone from the engine).
+    pub error: Option<String>,
 }
 
 /// What the adapter asks of an engine: sequences in, tokens out, one batch step at a time.
@@ -366,33 +368,38 @@ fn run<E: StepEngine>(
             let Some(r) = running.get_mut(&eid) else {
                 continue;
             };
+            if let Some(e) = tok.error {
+                let _ = r.pending.tx.send(GenerationEvent::Error(e));
+                if let Some(r) = running.remove(&eid) {
+                    engine_of.remove(&r.pending.id);
+                }
+                continue;
+            }
             let mut done = tok.finished;
-            let mut text = String::new();
-            if !tok.is_eos {
-                r.generated.push(tok.token);
+            let shown = tok.token.filter(|_| !tok.is_eos);
+            let mut alive = true;
+            if let Some(t) = shown {
+                r.generated.push(t);
                 let piece = new_text(codec.as_ref(), r);
                 let out = r.stop.push(&piece);
-                text = out.emit;
                 if out.stopped {
                     done = Some(FinishReason::Stop);
                 }
+                let logprob = match (&tok.logprobs, r.pending.req.logprobs) {
+                    (Some(lp), Some(_)) => Some(logprob_info(codec.as_ref(), t, lp)),
+                    _ => None,
+                };
+                alive = r
+                    .pending
+                    .tx
+                    .send(GenerationEvent::Token {
+                        text: out.emit,
+                        token_id: t,
+                        logprob,
+                    })
+                    .is_ok();
             }
             let completion_tokens = r.generated.len() + usize::from(tok.is_eos);
-            let logprob = match (&tok.logprobs, r.pending.req.logprobs) {
-                (Some(lp), Some(_)) if !tok.is_eos => {
-                    Some(logprob_info(codec.as_ref(), tok.token, lp))
-                }
-                _ => None,
-            };
-            let mut alive = r
-                .pending
-                .tx
-                .send(GenerationEvent::Token {
-                    text,
-                    token_id: tok.token,
-                    logprob,
-                })
-                .is_ok();
             if let Some(reason) = done {
                 if reason != FinishReason::Stop || tok.finished.is_some() {
                     let rest = r.stop.flush();

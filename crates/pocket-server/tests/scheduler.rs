@@ -94,10 +94,11 @@ impl StepEngine for MockEngine {
             out.push((
                 *id,
                 StepToken {
-                    token,
+                    token: Some(token),
                     logprobs,
                     finished,
                     is_eos: eos,
+                    error: None,
                 },
             ));
         }
