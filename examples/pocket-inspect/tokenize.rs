@@ -4,7 +4,7 @@
 //! space-separated (with `--json`: `{"ids": [...]}`), by default adding no BOS/EOS and not parsing
 //! special-token text; `add_special` / `parse_special` turn those on.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use pocket_models::tokenizer::Tokenizer;
 
@@ -23,24 +23,9 @@ pub struct TokenizeArgs {
     pub json: bool,
 }
 
-/// Loads the tokenizer of a GGUF file, or of a folder holding `tokenizer.json`.
-fn load(path: &Path) -> Result<Tokenizer, Box<dyn std::error::Error>> {
-    if path.is_dir() {
-        let json = path.join("tokenizer.json");
-        if !json.exists() {
-            return Err(format!("{} has no tokenizer.json", path.display()).into());
-        }
-        return Ok(Tokenizer::from_tokenizer_json(&json)?);
-    }
-    if path.extension().is_some_and(|e| e == "json") {
-        return Ok(Tokenizer::from_tokenizer_json(path)?);
-    }
-    Ok(Tokenizer::from_gguf_path(path)?)
-}
-
 /// Tokenizes and prints the ids to stdout.
 pub fn run(args: &TokenizeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let tok = load(&args.path)?;
+    let tok = Tokenizer::from_path(&args.path)?;
     let ids = tok.encode(&args.text, args.add_special, args.parse_special)?;
     if args.json {
         println!("{}", serde_json::json!({ "ids": ids }));

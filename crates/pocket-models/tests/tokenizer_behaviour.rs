@@ -260,3 +260,19 @@ fn random_text_roundtrips_through_every_vocabulary() {
         }
     }
 }
+
+#[test]
+fn tokenizer_is_shareable_and_loads_from_paths() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<pocket_models::chat_template::ChatTemplate>();
+    let tok = Tokenizer::from_path(&vectors_dir().join("ggml-vocab-gpt-2.gguf")).unwrap();
+    assert_eq!(
+        tok.decode(&tok.encode("Hello", false, false).unwrap(), false)
+            .unwrap(),
+        "Hello"
+    );
+    // a folder without tokenizer.json is a typed error, not a panic
+    assert!(Tokenizer::from_path(&vectors_dir()).is_err());
+    assert!(Tokenizer::from_path(&vectors_dir().join("no-such.gguf")).is_err());
+}

@@ -155,6 +155,28 @@ impl Tokenizer {
         })
     }
 
+    /// Loads the tokenizer of a model path: a folder holding `tokenizer.json`, a `tokenizer.json`
+    /// file, or a GGUF file (its own vocabulary).
+    pub fn from_path(path: &std::path::Path) -> Result<Self, TokenizerError> {
+        if path.is_dir() {
+            let json = path.join("tokenizer.json");
+            if !json.exists() {
+                return Err(TokenizerError::Io {
+                    path: json,
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "checkpoint folder has no tokenizer.json",
+                    ),
+                });
+            }
+            return Self::from_tokenizer_json(&json);
+        }
+        if path.extension().is_some_and(|e| e == "json") {
+            return Self::from_tokenizer_json(path);
+        }
+        Self::from_gguf_path(path)
+    }
+
     /// Encodes text to ids. `add_special` adds BOS/EOS as the model asks; `parse_special` turns
     /// control-token text (e.g. `<|im_start|>`) into those tokens instead of plain text.
     pub fn encode(
