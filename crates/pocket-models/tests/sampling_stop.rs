@@ -79,3 +79,43 @@ fn nothing_after_stop() {
     assert_eq!(step.text, "");
     assert_eq!(step.stop, None);
 }
+
+#[test]
+fn text_stream_composes_utf8_and_stop_holdback() {
+    use pocket_models::sampling::TextStream;
+    use pocket_models::tokenizer::Tokenizer;
+    let dir = match std::env::var_os("POCKET_SHARED_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    };
+    let tok =
+        Tokenizer::from_path(&dir.join("data/tokenizer-vectors/ggml-vocab-qwen2.gguf")).unwrap();
+    let ids = tok
+        .encode("Hello 🦙 world. STOP and more", false, false)
+        .unwrap();
+    let mut stream = TextStream::new(&tok, true, vec![". STOP".into()]);
+    let mut out = String::new();
+    let mut why = None;
+    for &id in &ids {
+        let step = stream.push(&tok, id).unwrap();
+        assert!(!step.text.contains('\u{FFFD}'));
+        out.push_str(&step.text);
+        if step.stop.is_some() {
+            why = step.stop;
+            break;
+        }
+    }
+    assert_eq!(out, "Hello 🦙 world");
+    assert_eq!(why, Some(StopReason::String(0)));
+    // an end-of-generation id stops and flushes what was held back
+    let im_end = tok.token_id("<|im_end|>").unwrap();
+    let mut stream = TextStream::new(&tok, true, vec!["xyz".into()]);
+    let mut out = String::new();
+    for &id in &tok.encode("abc x", false, false).unwrap() {
+        out.push_str(&stream.push(&tok, id).unwrap().text);
+    }
+    let step = stream.push(&tok, im_end).unwrap();
+    assert_eq!(step.stop, Some(StopReason::Token(im_end)));
+    out.push_str(&step.text);
+    assert_eq!(out, "abc x");
+}

@@ -17,10 +17,12 @@
 mod params;
 mod sampler;
 mod stop;
+mod text;
 
 pub use params::SamplingParams;
 pub use sampler::{SampledToken, Sampler};
 pub use stop::{StopChecker, StopReason, StopStep};
+pub use text::TextStream;
 
 /// Errors from sampling parameters or from sampling itself.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
