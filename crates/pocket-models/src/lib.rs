@@ -1,6 +1,12 @@
 //! Engine, model registry, tokenizers, chat templates, sampling and the model store.
 
 pub mod chat_template;
+pub mod engine;
+pub mod model;
+pub mod registry;
 pub mod sampling;
 pub mod store;
 pub mod tokenizer;
+
+pub use engine::{Engine, EngineBuilder, FinishReason, GenerateParams, Generation, TokenEvent};
+pub use model::Model;
