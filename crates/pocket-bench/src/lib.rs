@@ -15,3 +15,13 @@ pub mod synth_st;
 pub mod vocab;
 
 pub use error::{BenchError, Result};
+pub mod cli;
+pub mod e2e;
+pub mod llama_bench;
+pub mod record;
+pub mod report;
+pub mod roofline;
+pub mod runner;
+pub mod stats;
+pub mod sysinfo;
+pub mod target;

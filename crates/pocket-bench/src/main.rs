@@ -1,1 +1,195 @@
-fn main() {}
+//! `pocket-bench`: synthetic models, end-to-end runs, reports. Runs without cargo (the GPU
+//! machine gets it in the device bundle).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use pocket_bench::cli::Args;
+use pocket_bench::e2e::{run_e2e, summary, RunRequest};
+use pocket_bench::error::{BenchError, Result};
+use pocket_bench::preset::presets;
+use pocket_bench::report::render_dir;
+use pocket_bench::roofline::host_copy_bandwidth;
+use pocket_bench::runner::RunSettings;
+use pocket_bench::synth::{synthesize, SynthOptions};
+
+const USAGE: &str = "usage:
+  pocket-bench synth PRESET FORMAT --out PATH [--vocab-dir DIR] [--seed N] [--threads T]
+  pocket-bench run --model PATH|synthetic:PRESET:FORMAT [--device cpu|cuda] [--engine pocket|standin]
+                   [--prompt-tokens N] [--gen-tokens M] [--reps R] [--warmup W] [--batch B] [--depth D]
+                   [--threads T] [--compare-llama-bench PATH] [--record-dir DIR] [--synth-dir DIR]
+                   [--vocab-dir DIR] [--json]
+  pocket-bench report DIR
+  pocket-bench presets
+  pocket-bench bandwidth [--mib N] [--threads T]
+formats: q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k_m q4_k_s q5_k_m q6_k iq4_nl iq4_xs f16 bf16 f32
+         (GGUF, llama.cpp mixes; add -pure for one type everywhere), st-bf16 st-f16 fp8 nvfp4 (safetensors)";
+
+fn threads(a: &Args) -> Result<Option<usize>> {
+    let t: Option<usize> = a.num_opt("threads")?;
+    if let Some(n) = t {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| BenchError::Usage(format!("--threads {n}: {e}")))?;
+    }
+    Ok(t)
+}
+
+fn synth_opts(a: &Args) -> Result<SynthOptions> {
+    Ok(SynthOptions {
+        vocab_dir: a.get("vocab-dir").map(PathBuf::from),
+        seed: a.num("seed", 0u64)?,
+    })
+}
+
+fn cmd_synth(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &[])?;
+    a.only(&["out", "vocab-dir", "seed", "threads"])?;
+    let [preset, format] = a.positional.as_slice() else {
+        return Err(BenchError::Usage(USAGE.into()));
+    };
+    let out = a
+        .get("out")
+        .map(PathBuf::from)
+        .ok_or_else(|| BenchError::Usage("synth needs --out PATH".into()))?;
+    threads(&a)?;
+    let r = synthesize(preset, format, &out, &synth_opts(&a)?)?;
+    println!("{}", serde_json::to_string_pretty(&r)?);
+    eprintln!(
+        "wrote {} ({:.2} GB) in {:.1} s ({:.2} GB/s)",
+        r.path.display(),
+        r.file_bytes as f64 / 1e9,
+        r.seconds,
+        r.file_bytes as f64 / 1e9 / r.seconds.max(1e-9)
+    );
+    Ok(())
+}
+
+fn cmd_run(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["json"])?;
+    a.only(&[
+        "model",
+        "device",
+        "engine",
+        "prompt-tokens",
+        "gen-tokens",
+        "reps",
+        "warmup",
+        "batch",
+        "depth",
+        "threads",
+        "compare-llama-bench",
+        "record-dir",
+        "synth-dir",
+        "vocab-dir",
+        "seed",
+        "json",
+    ])?;
+    let model = a
+        .get("model")
+        .ok_or_else(|| BenchError::Usage("run needs --model".into()))?
+        .to_string();
+    let threads = threads(&a)?;
+    let req = RunRequest {
+        model,
+        device: a.get("device").unwrap_or("cpu").to_string(),
+        engine: a.get("engine").unwrap_or("pocket").to_string(),
+        settings: RunSettings {
+            prompt_tokens: a.num("prompt-tokens", 512)?,
+            gen_tokens: a.num("gen-tokens", 128)?,
+            reps: a.num("reps", 5)?,
+            batch: a.num("batch", 1)?,
+            depth: a.num("depth", 0)?,
+            warmup: a.num("warmup", 1)?,
+            threads,
+            vocab: 0,
+        },
+        compare_llama_bench: a.get("compare-llama-bench").map(PathBuf::from),
+        record_dir: a.get("record-dir").map(PathBuf::from),
+        synth: synth_opts(&a)?,
+        synth_dir: a.get("synth-dir").map(PathBuf::from),
+    };
+    let rec = run_e2e(&req)?;
+    if a.flag("json") {
+        println!("{}", serde_json::to_string_pretty(&rec)?);
+    } else {
+        print!("{}", summary(&rec));
+    }
+    Ok(())
+}
+
+fn cmd_report(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &[])?;
+    let [dir] = a.positional.as_slice() else {
+        return Err(BenchError::Usage("report DIR".into()));
+    };
+    print!("{}", render_dir(&PathBuf::from(dir))?);
+    Ok(())
+}
+
+fn cmd_presets() {
+    println!("| preset | imitates | arch | hidden | layers | heads/kv | head dim | ffn | experts | vocab | vocab file |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---|---:|---|");
+    for p in presets() {
+        let moe = p.moe.map_or("-".into(), |m| {
+            format!("{} (top {}, ffn {})", m.experts, m.used, m.ffn)
+        });
+        println!(
+            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {} | {} |",
+            p.name,
+            p.about,
+            p.arch.gguf_name(),
+            p.hidden,
+            p.layers,
+            p.heads,
+            p.kv_heads,
+            p.head_dim,
+            p.ffn,
+            moe,
+            p.vocab,
+            p.vocab_file
+        );
+    }
+}
+
+fn cmd_bandwidth(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &[])?;
+    threads(&a)?;
+    let b = host_copy_bandwidth(a.num("mib", 512usize)?);
+    println!("{:.1} GB/s ({})", b.copy_bytes_per_s / 1e9, b.source);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = argv.first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest = &argv[1..];
+    let r = match cmd.as_str() {
+        "synth" => cmd_synth(rest),
+        "run" => cmd_run(rest),
+        "report" => cmd_report(rest),
+        "presets" => {
+            cmd_presets();
+            Ok(())
+        }
+        "bandwidth" => cmd_bandwidth(rest),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(BenchError::Usage(format!(
+            "unknown command `{other}`\n{USAGE}"
+        ))),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pocket-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -99,7 +99,7 @@ impl FormatSpec {
                 match mix {
                     Mix::Medium => format!("{b}_m"),
                     Mix::Small => format!("{b}_s"),
-                    Mix::Pure if !base.is_float() => format!("{b}-pure"),
+                    Mix::Pure if !float_type(*base) => format!("{b}-pure"),
                     _ => b,
                 }
             }
@@ -141,13 +141,9 @@ impl FormatSpec {
     }
 }
 
-trait IsFloat {
-    fn is_float(self) -> bool;
-}
-impl IsFloat for GgmlType {
-    fn is_float(self) -> bool {
-        matches!(self, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-    }
+/// Whether `t` is a plain float type (no blocks to mix).
+fn float_type(t: GgmlType) -> bool {
+    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
 fn use_more_bits(i: usize, n: usize) -> bool {
@@ -184,7 +180,7 @@ pub fn gguf_types(p: &Preset, defs: &[TensorDef], base: GgmlType, mix: Mix) -> V
         .count();
     let n_down = defs.iter().filter(|d| d.role == Role::FfnDown).count();
     let (mut i_wv, mut i_down) = (0usize, 0usize);
-    let quantized = !base.is_float();
+    let quantized = !float_type(base);
     defs.iter()
         .map(|d| {
             if d.shape.len() < 2 || !d.role.quantizable() {

@@ -127,6 +127,7 @@ impl Preset {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn dense(
     name: &'static str,
     about: &'static str,

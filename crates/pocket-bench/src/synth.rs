@@ -111,7 +111,12 @@ pub fn materialize(
     opts: &SynthOptions,
 ) -> Result<(PathBuf, Option<SynthReport>)> {
     let path = dir.join(spec.file_name()?);
-    if path.exists() {
+    let done = if path.is_dir() {
+        path.join("model.safetensors").is_file()
+    } else {
+        path.is_file()
+    };
+    if done {
         return Ok((path, None));
     }
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;

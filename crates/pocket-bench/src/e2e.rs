@@ -1,0 +1,304 @@
+//! The `run` command: resolve the model, measure it, compare with llama-bench, add the roofline,
+//! print and record.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use pocket_formats::{StoreKind, TensorStore};
+
+use crate::error::{BenchError, Result};
+use crate::llama_bench::{self, LlamaBenchArgs};
+use crate::record::{ModelInfo, Ratios, Record, Roofline};
+use crate::roofline::{host_copy_bandwidth, quoted_h200, roofline_tok_s, weight_bytes, Bandwidth};
+use crate::runner::{run, RunSettings};
+use crate::synth::{cache_dir, materialize, SynthOptions, SyntheticSpec};
+use crate::sysinfo::{commit, hardware, utc_now};
+use crate::target::{StandIn, Target};
+
+/// Everything the `run` command needs.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// `ALIAS`, `PATH` or `synthetic:PRESET:FORMAT`.
+    pub model: String,
+    /// `cpu` or `cuda`.
+    pub device: String,
+    /// `pocket` (the engine) or `standin`.
+    pub engine: String,
+    /// Measurement settings.
+    pub settings: RunSettings,
+    /// llama-bench to run beside ours.
+    pub compare_llama_bench: Option<PathBuf>,
+    /// Where records go.
+    pub record_dir: Option<PathBuf>,
+    /// Synthetic generation settings.
+    pub synth: SynthOptions,
+    /// Directory for generated synthetic models.
+    pub synth_dir: Option<PathBuf>,
+}
+
+/// Resolves a model argument to a path (generating synthetic models on first use).
+pub fn resolve_model(
+    spec: &str,
+    synth_dir: Option<&Path>,
+    opts: &SynthOptions,
+) -> Result<(PathBuf, bool)> {
+    if let Some(s) = SyntheticSpec::parse(spec) {
+        let s = s?;
+        let dir = synth_dir.map_or_else(cache_dir, Path::to_path_buf);
+        let (path, report) = materialize(&s, &dir, opts)?;
+        if let Some(r) = report {
+            eprintln!(
+                "generated {} ({:.2} GB, {} tensors) in {:.1} s",
+                r.path.display(),
+                r.file_bytes as f64 / 1e9,
+                r.tensors,
+                r.seconds
+            );
+        }
+        return Ok((path, true));
+    }
+    let p = PathBuf::from(spec);
+    if p.exists() {
+        return Ok((p, false));
+    }
+    Err(BenchError::Usage(format!(
+        "model `{spec}`: no such file; aliases are resolved by the engine's model store, \
+         pass a path or synthetic:PRESET:FORMAT"
+    )))
+}
+
+fn format_summary(store: &TensorStore) -> String {
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    let mut total = 0u64;
+    for t in store.tensors() {
+        *by.entry(t.format.name().to_string()).or_default() += t.data.len() as u64;
+        total += t.data.len() as u64;
+    }
+    let mut v: Vec<(String, u64)> = by.into_iter().collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.1));
+    v.iter()
+        .filter(|(_, b)| *b as f64 >= 0.005 * total as f64)
+        .map(|(n, b)| format!("{n} {:.0}%", 100.0 * *b as f64 / total.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn vocab_rows(store: &TensorStore) -> usize {
+    ["token_embd.weight", "model.embed_tokens.weight"]
+        .iter()
+        .find_map(|n| store.tensor(n).ok().map(|t| t.shape[0]))
+        .unwrap_or(32000)
+}
+
+fn open_target(req: &RunRequest, path: &Path) -> Result<Box<dyn Target>> {
+    match (req.engine.as_str(), req.device.as_str()) {
+        ("standin", "cpu") => Ok(Box::new(StandIn::open(path)?)),
+        ("standin", d) => Err(BenchError::Usage(format!(
+            "the stand-in runs on the CPU only, not `{d}`"
+        ))),
+        ("pocket", _) => Err(BenchError::Usage(
+            "this build of pocket-bench has no engine adaptor yet (the Engine had not landed); \
+             use --engine standin to exercise the harness"
+                .into(),
+        )),
+        (e, _) => Err(BenchError::Usage(format!(
+            "unknown engine `{e}` (pocket|standin)"
+        ))),
+    }
+}
+
+/// Runs one end-to-end measurement and returns its record (saved when a record dir is set).
+pub fn run_e2e(req: &RunRequest) -> Result<Record> {
+    if !matches!(req.device.as_str(), "cpu" | "cuda") {
+        return Err(BenchError::Usage(format!(
+            "--device {}: cpu or cuda",
+            req.device
+        )));
+    }
+    let (path, synthetic) = resolve_model(&req.model, req.synth_dir.as_deref(), &req.synth)?;
+    let store = TensorStore::open(&path)?;
+    let wb = weight_bytes(&store);
+    let architecture = match store.metadata() {
+        pocket_formats::StoreMetadata::Gguf(g) => g.architecture().ok().map(str::to_string),
+        pocket_formats::StoreMetadata::Safetensors { config, .. } => {
+            config.and_then(|c| c.model_type()).map(str::to_string)
+        }
+    };
+    let model = ModelInfo {
+        spec: req.model.clone(),
+        path: path.clone(),
+        architecture,
+        format: format_summary(&store),
+        synthetic,
+        weight_bytes: wb.total,
+        weight_bytes_per_token: wb.per_token,
+        params: wb.params,
+    };
+    let is_gguf = store.kind() == StoreKind::Gguf;
+    let mut settings = req.settings.clone();
+    settings.vocab = vocab_rows(&store);
+    drop(store);
+    let mut notes = Vec::new();
+    let mut target = open_target(req, &path)?;
+    if req.engine == "standin" {
+        notes.push(
+            "stand-in engine: every 2-D weight through pocket-quant matmul per token, no attention; \
+             not a model's speed"
+                .into(),
+        );
+    }
+    let measurements = run(target.as_mut(), &settings)?;
+    drop(target);
+    let bandwidth: Bandwidth = if req.device == "cpu" {
+        host_copy_bandwidth(512)
+    } else {
+        quoted_h200()
+    };
+    let roof = roofline_tok_s(&wb, &bandwidth);
+    let decode_share = measurements
+        .decode_tok_s
+        .as_ref()
+        .filter(|_| settings.batch == 1 && roof > 0.0)
+        .map(|d| d.median / roof);
+    let roofline = Some(Roofline {
+        bandwidth,
+        decode_tok_s: roof,
+        decode_share,
+    });
+    let mut llama = None;
+    if let Some(exe) = &req.compare_llama_bench {
+        if !is_gguf {
+            notes.push("llama-bench skipped: the model is not a GGUF".into());
+        } else if settings.batch != 1 {
+            notes.push("llama-bench skipped: it has no concurrent-sequence batch".into());
+        } else {
+            let args = LlamaBenchArgs {
+                exe,
+                model: &path,
+                prompt: settings.prompt_tokens,
+                gen: settings.gen_tokens,
+                reps: settings.reps,
+                depth: settings.depth,
+                threads: if req.device == "cpu" {
+                    settings.threads
+                } else {
+                    None
+                },
+                ngl: if req.device == "cpu" { 0 } else { 99 },
+            };
+            match llama_bench::run(&args) {
+                Ok(r) => llama = Some(r),
+                Err(e) => notes.push(format!("llama-bench failed: {e}")),
+            }
+        }
+    }
+    let ratio =
+        |ours: &Option<crate::stats::Summary>, theirs: &Option<crate::stats::Summary>| match (
+            ours, theirs,
+        ) {
+            (Some(a), Some(b)) if b.median > 0.0 => Some(a.median / b.median),
+            _ => None,
+        };
+    let ratios = llama.as_ref().map(|l| Ratios {
+        prefill: ratio(&measurements.prefill_tok_s, &l.prefill_tok_s),
+        decode: ratio(&measurements.decode_tok_s, &l.decode_tok_s),
+    });
+    let record = Record {
+        schema: 1,
+        date: utc_now(),
+        commit: commit(),
+        hardware: hardware(),
+        engine: target_name(req),
+        device: req.device.clone(),
+        model,
+        settings,
+        measurements,
+        roofline,
+        llama_bench: llama,
+        ratios,
+        notes,
+    };
+    if let Some(dir) = &req.record_dir {
+        let p = record.save(dir)?;
+        eprintln!("record: {}", p.display());
+    }
+    Ok(record)
+}
+
+fn target_name(req: &RunRequest) -> String {
+    match req.engine.as_str() {
+        "standin" => "standin".into(),
+        _ => "pocketllm".into(),
+    }
+}
+
+/// A human summary: ours, theirs, ratio, roofline.
+pub fn summary(r: &Record) -> String {
+    let m = &r.measurements;
+    let f = |s: &Option<crate::stats::Summary>| {
+        s.as_ref().map_or("-".to_string(), |s| {
+            format!("{:.2} (min {:.2}, max {:.2})", s.median, s.min, s.max)
+        })
+    };
+    let mut out = format!(
+        "{} on {} [{}], {} threads, batch {}, depth {}\n  model: {} ({}, {:.2} GB, {:.2} GB read per token)\n",
+        r.engine,
+        r.device,
+        r.hardware.cpu,
+        r.settings.threads.map_or("default".into(), |t| t.to_string()),
+        r.settings.batch,
+        r.settings.depth,
+        r.model.spec,
+        r.model.format,
+        r.model.weight_bytes as f64 / 1e9,
+        r.model.weight_bytes_per_token as f64 / 1e9
+    );
+    let lb = r.llama_bench.as_ref();
+    let theirs = |s: Option<&Option<crate::stats::Summary>>| {
+        s.and_then(|s| s.as_ref())
+            .map_or("-".to_string(), |s| format!("{:.2}", s.median))
+    };
+    let rat = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}x"));
+    out += &format!(
+        "  prefill pp{}: ours {} tok/s | llama.cpp {} | ratio {}\n",
+        r.settings.prompt_tokens,
+        f(&m.prefill_tok_s),
+        theirs(lb.map(|l| &l.prefill_tok_s)),
+        rat(r.ratios.as_ref().and_then(|x| x.prefill))
+    );
+    out += &format!(
+        "  decode tg{}: ours {} tok/s | llama.cpp {} | ratio {}",
+        r.settings.gen_tokens,
+        f(&m.decode_tok_s),
+        theirs(lb.map(|l| &l.decode_tok_s)),
+        rat(r.ratios.as_ref().and_then(|x| x.decode))
+    );
+    if let Some(rf) = &r.roofline {
+        out += &format!(
+            " | roofline {:.1} tok/s ({:.0} GB/s copy, {}){}\n",
+            rf.decode_tok_s,
+            rf.bandwidth.copy_bytes_per_s / 1e9,
+            rf.bandwidth.source,
+            rf.decode_share.map_or(String::new(), |s| format!(
+                ", ours at {:.0}% of it",
+                s * 100.0
+            ))
+        );
+    } else {
+        out += "\n";
+    }
+    out += &format!(
+        "  TTFT {} ms | peak RSS {} | peak device {}\n",
+        m.ttft_ms
+            .as_ref()
+            .map_or("-".into(), |s| format!("{:.1}", s.median)),
+        m.peak_rss_bytes
+            .map_or("-".into(), |b| format!("{:.2} GB", b as f64 / 1e9)),
+        m.peak_device_bytes
+            .map_or("-".into(), |b| format!("{:.2} GB", b as f64 / 1e9)),
+    );
+    for n in &r.notes {
+        out += &format!("  note: {n}\n");
+    }
+    out
+}
