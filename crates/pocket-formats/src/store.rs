@@ -323,7 +323,9 @@ impl TensorStore {
             Source::Gguf(f) => f.bytes(),
             Source::Safetensors(c) => c.files()[e.file].bytes(),
         };
-        &file[e.offset as usize..(e.offset + e.size) as usize]
+        // Extents were validated when the file was parsed; `get` keeps this panic-free regardless.
+        file.get(e.offset as usize..e.offset.saturating_add(e.size) as usize)
+            .unwrap_or_default()
     }
 
     fn view(&self, i: usize) -> TensorView<'_> {

@@ -165,7 +165,10 @@ fn empty_tensor_past_the_end_of_a_truncated_file() {
     r.tensor("", &[0], 0, 0);
     r.0.push(0);
     let e = err(r.0.clone());
-    assert!(matches!(e, FormatError::Truncated { ref what, .. } if what.contains("padding")), "{e}");
+    assert!(
+        matches!(e, FormatError::Truncated { ref what, .. } if what.contains("padding")),
+        "{e}"
+    );
 }
 
 #[test]

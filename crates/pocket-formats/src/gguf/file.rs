@@ -121,10 +121,14 @@ impl GgufFile {
         })
     }
 
-    /// The bytes of a tensor info belonging to this file (bounds were checked at open).
+    /// The bytes of a tensor info of this file (bounds were checked at open); an info from another
+    /// file that does not fit gives an empty slice rather than a panic.
     pub fn data_of(&self, info: &GgufTensorInfo) -> &[u8] {
-        let start = (self.layout.data_offset + info.offset) as usize;
-        &self.backing[start..start + info.size as usize]
+        let start = self.layout.data_offset.saturating_add(info.offset);
+        let end = start.saturating_add(info.size);
+        self.backing
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
     }
 }
 

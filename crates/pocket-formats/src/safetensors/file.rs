@@ -85,9 +85,16 @@ impl SafetensorsFile {
         Ok(self.data_of(info))
     }
 
-    /// The bytes of an entry of this file (bounds were checked at open).
+    /// The bytes of an entry of this file (bounds were checked at open); an entry from another
+    /// file that does not fit gives an empty slice rather than a panic.
     pub fn data_of(&self, info: &SafetensorsTensorInfo) -> &[u8] {
         let base = self.layout.data_offset;
-        &self.backing[(base + info.start) as usize..(base + info.end) as usize]
+        let (start, end) = (
+            base.saturating_add(info.start),
+            base.saturating_add(info.end),
+        );
+        self.backing
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
     }
 }
