@@ -197,11 +197,23 @@ pub fn build_backend(args: &CliArgs) -> Result<Arc<dyn InferenceBackend>, String
             ..FakeConfig::default()
         })));
     }
-    Err(
-        "the real model backend is not wired yet: pocket-models has no Engine to drive; \
-         run with --fake to serve the deterministic test backend"
-            .to_string(),
-    )
+    if args.models.len() > 1 {
+        return Err(
+            "serving several models at once is not implemented yet: give one --model".into(),
+        );
+    }
+    let opts = crate::engine_backend::EngineOptions {
+        model: args.models[0].clone(),
+        device: crate::engine_backend::parse_device(&args.device)?,
+        ctx_size: args.ctx_size,
+        max_sequences: args.max_sequences,
+        max_queue: args.max_queue,
+    };
+    eprintln!(
+        "pocket-server: loading {} on {} ...",
+        opts.model, args.device
+    );
+    Ok(Arc::new(crate::engine_backend::start(&opts)?))
 }
 
 /// Runs the server from the process's arguments; returns the exit code.

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod backend;
 pub mod cli;
+pub mod engine_backend;
 pub mod errors;
 pub mod fake;
 pub mod metrics;
