@@ -320,3 +320,49 @@ fn params_deserialize_from_request_json() {
     let d: SamplingParams = serde_json::from_str("{}").unwrap();
     assert_eq!(d, SamplingParams::default());
 }
+
+#[test]
+fn large_vocab_top_p_matches_a_full_sort() {
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let n = 8_000;
+    // a flat-ish distribution so the nucleus spans thousands of tokens (several widening rounds)
+    let logits: Vec<f32> = (0..n)
+        .map(|_| (rng.next_u32() % 1000) as f32 / 400.0)
+        .collect();
+    for (top_p, t) in [(0.9f32, 1.0f32), (0.3, 0.8), (0.05, 1.2)] {
+        let p = softmax(&logits, t);
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        let mut cum = 0.0;
+        let mut nucleus = std::collections::HashSet::new();
+        for &i in &order {
+            nucleus.insert(i as u32);
+            cum += p[i];
+            if cum >= top_p as f64 {
+                break;
+            }
+        }
+        assert!(
+            nucleus.len() > 64,
+            "test needs a wide nucleus, got {}",
+            nucleus.len()
+        );
+        let mut s = Sampler::new(
+            SamplingParams {
+                top_p,
+                temperature: t,
+                ..Default::default()
+            },
+            9,
+        )
+        .unwrap();
+        for _ in 0..60 {
+            let id = s.sample(&mut logits.clone(), &[]).unwrap().id;
+            assert!(
+                nucleus.contains(&id),
+                "top_p={top_p}: {id} outside the nucleus"
+            );
+        }
+    }
+}
