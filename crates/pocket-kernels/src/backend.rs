@@ -148,6 +148,7 @@ pub trait Backend: Send + Sync {
     /// (`[q | k | v]`, q and k L2-normalised inside), `g`, `beta` `[n, v_heads]`, `state`
     /// `[slots, v_heads, k_dim, v_dim]` read and written per sequence; writes `out`
     /// `[n, v_heads * v_dim]`.
+    #[allow(clippy::too_many_arguments)]
     fn gated_delta_rule_chunked(
         &self,
         qkv: &Tensor,
@@ -163,6 +164,7 @@ pub trait Backend: Send + Sync {
     }
 
     /// The same contract as [`Backend::gated_delta_rule_chunked`], token by token (decode).
+    #[allow(clippy::too_many_arguments)]
     fn gated_delta_rule_recurrent(
         &self,
         qkv: &Tensor,

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod batch;
+pub mod deltanet;
 pub mod error;
 pub mod kv_cache;
 pub mod linear;
@@ -14,12 +15,15 @@ pub mod mlp;
 pub mod model;
 pub mod norm;
 pub mod scratch;
+pub mod state_cache;
 
 pub use attention::{Attention, AttentionScratch};
 pub use batch::{BatchPlan, BatchTensors, SeqId};
+pub use deltanet::{DeltaNetScratch, GatedDeltaNet};
 pub use error::{LayerError, Result};
 pub use kv_cache::{KvCache, KvCacheConfig};
 pub use linear::Linear;
 pub use mlp::{Mlp, MlpScratch};
 pub use model::{Model, ModelInfo};
 pub use norm::RmsNorm;
+pub use state_cache::{StateBatch, StateCache, StateCacheConfig, StatePlan};

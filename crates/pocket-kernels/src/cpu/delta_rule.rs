@@ -5,6 +5,9 @@
 //!
 //! Work is split over (sequence, value head) pairs: each pair's state matrix is independent.
 
+// The chunk loops index several per-token arrays by the same position; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use rayon::prelude::*;
 
 use super::deltanet::{spans, SeqSpan};

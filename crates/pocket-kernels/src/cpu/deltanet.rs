@@ -189,7 +189,7 @@ pub(crate) fn delta_gates(
             ),
         ));
     }
-    for (name, t) in [("b", &*b), ("g", &*g), ("beta", &*beta)] {
+    for (name, t) in [("b", b), ("g", &*g), ("beta", &*beta)] {
         if t.numel() != alpha.numel() {
             return Err(shape_err(
                 OP,

@@ -273,6 +273,7 @@ impl Backend for CpuBackend {
         deltanet::delta_gates(alpha, b, a_neg, dt_bias, g, beta)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gated_delta_rule_chunked(
         &self,
         qkv: &Tensor,
@@ -286,6 +287,7 @@ impl Backend for CpuBackend {
         delta_rule::gated_delta_rule_chunked(qkv, g, beta, state, meta, params, out)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gated_delta_rule_recurrent(
         &self,
         qkv: &Tensor,

@@ -1,0 +1,413 @@
+//! The Qwen3.5 text model: embeddings, a `layer_types` schedule of Gated DeltaNet and gated
+//! full-attention blocks (each followed by a dense SwiGLU MLP), final norm and LM head. Written
+//! once against pocket-layers for every weight format and device.
+
+use std::sync::Arc;
+
+use pocket_formats::{StoreMetadata, TensorStore};
+use pocket_kernels::rope::DeviceRope;
+use pocket_kernels::Weight;
+use pocket_kernels::{AttentionParams, DeltaRuleParams, Device, HeadGrouping, RopeTable, Tensor};
+use pocket_layers::scratch::{fit, workspace};
+use pocket_layers::{
+    BatchPlan, BatchTensors, DeltaNetScratch, GatedDeltaNet, KvCache, LayerError, Linear, Mlp,
+    MlpScratch, Model, ModelInfo, Result, RmsNorm, SeqId, StateBatch, StateCache, StateCacheConfig,
+};
+
+use crate::attention::{GatedAttention, GatedAttentionScratch};
+use crate::config::{LayerKind, Qwen35Config};
+use crate::load::{Loader, Naming, Part};
+
+/// Options that shape a load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Longest sequence the engine will run (sizes the RoPE table); capped at the model's context.
+    pub max_seq_len: usize,
+    /// Sequences that can hold recurrent state at once (slots of the state cache).
+    pub max_seqs: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            max_seq_len: 8192,
+            max_seqs: 16,
+        }
+    }
+}
+
+/// A block's token mixer.
+enum Mixer {
+    Linear(Box<GatedDeltaNet>),
+    Full(Box<GatedAttention>),
+}
+
+/// One decoder block.
+struct Block {
+    attn_norm: RmsNorm,
+    mixer: Mixer,
+    ffn_norm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// Activations reused across steps.
+struct Workspace {
+    batch: BatchTensors,
+    states: StateBatch,
+    hidden: Tensor,
+    normed: Tensor,
+    delta: Tensor,
+    last: Tensor,
+    logits: Tensor,
+    attn: Option<GatedAttentionScratch>,
+    deltanet: Option<DeltaNetScratch>,
+    mlp: MlpScratch,
+}
+
+/// A loaded Qwen3.5 text model with its recurrent state cache.
+pub struct Qwen35Model {
+    config: Qwen35Config,
+    info: ModelInfo,
+    dev: Device,
+    embed: Weight,
+    lm_head: Option<Weight>,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    rope: DeviceRope,
+    states: StateCache,
+    ws: Workspace,
+    notes: Vec<String>,
+    _store: Arc<TensorStore>,
+}
+
+impl Qwen35Model {
+    /// Loads the text model of a Qwen3.5 checkpoint (safetensors with `config.json`, BF16 or FP8
+    /// block-scaled; or a llama.cpp `qwen35` GGUF) onto `dev`. A vision tower or MTP head in the
+    /// checkpoint is skipped and named in [`Qwen35Model::notes`].
+    pub fn load(store: Arc<TensorStore>, dev: &Device, opts: LoadOptions) -> Result<Qwen35Model> {
+        let ld = Loader::new(store.clone(), dev.clone())?;
+        let (embed_name, norm_name, out_name) = ld.global_names();
+        let mut notes = Vec::new();
+        let config = match store.metadata() {
+            StoreMetadata::Gguf(md) => {
+                let rows = ld.shape(&embed_name)?.first().copied().unwrap_or(0);
+                Qwen35Config::from_gguf(md, rows)?
+            }
+            StoreMetadata::Safetensors { config, .. } => {
+                let c = config
+                    .ok_or_else(|| LayerError::Config("checkpoint has no config.json".into()))?;
+                check_quantization(c)?;
+                let (cfg, has_vision) = Qwen35Config::from_hf(c)?;
+                let visual = ld.count_prefix("model.visual.");
+                if has_vision || visual > 0 {
+                    notes.push(format!(
+                        "vision tower ignored: {visual} tensors under `model.visual.` are not loaded (text model only)"
+                    ));
+                }
+                cfg
+            }
+        };
+        let mtp = ld.count_prefix("mtp.");
+        if mtp > 0 {
+            notes.push(format!(
+                "MTP head ignored: {mtp} tensors under `mtp.` are not run"
+            ));
+        }
+        let c = &config;
+        let gguf = *ld.naming() == Naming::Gguf;
+        let h = c.hidden_size;
+        let embed = ld.weight(&embed_name, c.vocab_size, h)?;
+        let lm_head = if ld.contains(&out_name) {
+            Some(ld.weight(&out_name, c.vocab_size, h)?)
+        } else if c.tie_word_embeddings || gguf {
+            None
+        } else {
+            return Err(LayerError::Checkpoint(format!(
+                "`{out_name}` is missing and tie_word_embeddings is false"
+            )));
+        };
+        let dev_vec = |v: &[f32]| -> Result<Tensor> { Ok(dev.upload_f32(v, &[v.len()])?) };
+        // Zero-centred RMSNorm scales (Hugging Face) are applied as 1 + w; llama.cpp stores 1 + w.
+        let norm = |name: &str, len: usize| -> Result<RmsNorm> {
+            let mut w = ld.values(name, len)?;
+            if !gguf {
+                w.iter_mut().for_each(|x| *x += 1.0);
+            }
+            Ok(RmsNorm::new(dev_vec(&w)?, c.rms_norm_eps))
+        };
+        let linear = |l: usize, part: Part, rows: usize, cols: usize| -> Result<Linear> {
+            Linear::new(ld.weight(&ld.layer_name(l, part), rows, cols)?, None)
+        };
+        let attn_params = AttentionParams {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            sliding_window: None,
+            softcap: None,
+        };
+        let delta_params = DeltaRuleParams {
+            k_heads: c.linear_k_heads,
+            v_heads: c.linear_v_heads,
+            k_dim: c.linear_k_dim,
+            v_dim: c.linear_v_dim,
+            grouping: if gguf {
+                HeadGrouping::Tiled
+            } else {
+                HeadGrouping::Grouped
+            },
+            l2_eps: 1e-6,
+            scale: 1.0 / (c.linear_k_dim as f32).sqrt(),
+        };
+        let (qw, kw) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let (vw, hv) = (c.linear_v_heads * c.linear_v_dim, c.linear_v_heads);
+        let (mut n_full, mut n_lin) = (0, 0);
+        let mut blocks = Vec::with_capacity(c.layers.len());
+        for (l, kind) in c.layers.iter().enumerate() {
+            let mixer = match kind {
+                LayerKind::Full => {
+                    let a = GatedAttention {
+                        q: linear(l, Part::Q, 2 * qw, h)?,
+                        k: linear(l, Part::K, kw, h)?,
+                        v: linear(l, Part::V, kw, h)?,
+                        o: linear(l, Part::O, h, qw)?,
+                        q_norm: norm(&ld.layer_name(l, Part::QNorm), c.head_dim)?,
+                        k_norm: norm(&ld.layer_name(l, Part::KNorm), c.head_dim)?,
+                        params: attn_params,
+                        cache_layer: n_full,
+                    };
+                    a.validate()?;
+                    n_full += 1;
+                    Mixer::Full(Box::new(a))
+                }
+                LayerKind::Linear => {
+                    let w = delta_params.qkv_width();
+                    let conv = ld.values(&ld.layer_name(l, Part::Conv), w * c.conv_kernel)?;
+                    let mut a = ld.values(&ld.layer_name(l, Part::A), hv)?;
+                    if !gguf {
+                        // Hugging Face stores A_log; the decay rate is -exp(A_log).
+                        a.iter_mut().for_each(|x| *x = -x.exp());
+                    }
+                    let d = GatedDeltaNet {
+                        in_qkv: linear(l, Part::InQkv, w, h)?,
+                        in_z: linear(l, Part::InZ, vw, h)?,
+                        in_b: linear(l, Part::InB, hv, h)?,
+                        in_a: linear(l, Part::InA, hv, h)?,
+                        out: linear(l, Part::Out, h, vw)?,
+                        conv_weight: dev.upload_f32(&conv, &[w, c.conv_kernel])?,
+                        a_neg: dev_vec(&a)?,
+                        dt_bias: dev_vec(&ld.values(&ld.layer_name(l, Part::DtBias), hv)?)?,
+                        norm_weight: dev_vec(
+                            &ld.values(&ld.layer_name(l, Part::GatedNorm), c.linear_v_dim)?,
+                        )?,
+                        norm_eps: c.rms_norm_eps,
+                        params: delta_params,
+                        state_layer: n_lin,
+                    };
+                    d.validate()?;
+                    n_lin += 1;
+                    Mixer::Linear(Box::new(d))
+                }
+            };
+            let ff = c.intermediate_size;
+            blocks.push(Block {
+                attn_norm: norm(&ld.layer_name(l, Part::AttnNorm), h)?,
+                mixer,
+                ffn_norm: norm(&ld.layer_name(l, Part::FfnNorm), h)?,
+                mlp: Mlp {
+                    gate: linear(l, Part::Gate, ff, h)?,
+                    up: linear(l, Part::Up, ff, h)?,
+                    down: linear(l, Part::Down, h, ff)?,
+                },
+            });
+        }
+        let max_pos = opts.max_seq_len.min(c.max_context).max(1);
+        let rope = dev.upload_rope(&RopeTable::new(c.rope, max_pos))?;
+        let info = ModelInfo {
+            architecture: "qwen35".to_string(),
+            vocab_size: c.vocab_size,
+            hidden_size: h,
+            num_layers: n_full,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            max_context: max_pos,
+        };
+        let states = StateCache::new(
+            dev,
+            StateCacheConfig {
+                num_layers: n_lin,
+                slot_shapes: GatedDeltaNet::slot_shapes(&delta_params, c.conv_kernel),
+                max_seqs: opts.max_seqs,
+            },
+        )?;
+        let rows = 16;
+        let ws = Workspace {
+            batch: BatchTensors::new(dev)?,
+            states: StateBatch::new(dev)?,
+            hidden: workspace(dev, rows, h)?,
+            normed: workspace(dev, rows, h)?,
+            delta: workspace(dev, rows, h)?,
+            last: workspace(dev, rows, h)?,
+            logits: workspace(dev, rows, c.vocab_size)?,
+            attn: if n_full > 0 {
+                Some(GatedAttentionScratch::new(dev, rows, &attn_params)?)
+            } else {
+                None
+            },
+            deltanet: if n_lin > 0 {
+                Some(DeltaNetScratch::new(dev, rows, &delta_params)?)
+            } else {
+                None
+            },
+            mlp: MlpScratch::new(dev, rows, c.intermediate_size)?,
+        };
+        Ok(Qwen35Model {
+            norm: norm(&norm_name, h)?,
+            config,
+            info,
+            dev: dev.clone(),
+            embed,
+            lm_head,
+            blocks,
+            rope,
+            states,
+            ws,
+            notes,
+            _store: store,
+        })
+    }
+
+    /// The configuration read from the checkpoint.
+    pub fn config(&self) -> &Qwen35Config {
+        &self.config
+    }
+
+    /// What the load skipped (vision tower, MTP head), one line each.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The recurrent state cache (one slot per live sequence).
+    pub fn state_cache(&self) -> &StateCache {
+        &self.states
+    }
+
+    /// Releases a finished sequence's recurrent state slot (slots of sequences the KV cache no
+    /// longer knows are also reclaimed on demand).
+    pub fn free_sequence(&mut self, id: SeqId) {
+        self.states.free_sequence(id);
+    }
+
+    fn run(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<()> {
+        let dev = &self.dev;
+        let ws = &mut self.ws;
+        let n = plan.num_tokens();
+        let sp = self.states.plan(plan, |id| cache.contains(id))?;
+        ws.batch.upload(dev, plan)?;
+        ws.states.upload(dev, &sp)?;
+        for t in [&mut ws.hidden, &mut ws.normed, &mut ws.delta] {
+            fit(dev, t, n)?;
+        }
+        dev.embedding(&self.embed, &ws.batch.ids, &mut ws.hidden)?;
+        self.blocks[0]
+            .attn_norm
+            .forward(dev, &ws.hidden, &mut ws.normed)?;
+        for (l, b) in self.blocks.iter().enumerate() {
+            match &b.mixer {
+                Mixer::Full(a) => {
+                    let s = ws.attn.as_mut().ok_or_else(|| scratch_missing(l))?;
+                    a.forward(
+                        dev,
+                        &ws.normed,
+                        &ws.batch,
+                        &self.rope,
+                        cache,
+                        s,
+                        &mut ws.delta,
+                    )?
+                }
+                Mixer::Linear(d) => {
+                    let s = ws.deltanet.as_mut().ok_or_else(|| scratch_missing(l))?;
+                    d.forward(
+                        dev,
+                        &ws.normed,
+                        &ws.states.meta,
+                        &mut self.states,
+                        s,
+                        &mut ws.delta,
+                    )?
+                }
+            }
+            b.ffn_norm
+                .add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
+            b.mlp.forward(dev, &ws.normed, &mut ws.mlp, &mut ws.delta)?;
+            let next = self
+                .blocks
+                .get(l + 1)
+                .map_or(&self.norm, |nb| &nb.attn_norm);
+            next.add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
+        }
+        let s = plan.num_seqs();
+        fit(dev, &mut ws.last, s)?;
+        fit(dev, &mut ws.logits, s)?;
+        dev.gather_rows(&ws.normed, &ws.batch.last_rows, &mut ws.last)?;
+        dev.matmul(
+            &ws.last,
+            self.lm_head.as_ref().unwrap_or(&self.embed),
+            &mut ws.logits,
+        )?;
+        Ok(())
+    }
+}
+
+fn scratch_missing(l: usize) -> LayerError {
+    LayerError::Config(format!("layer {l}: no workspace for its mixer"))
+}
+
+/// Accepts unquantized checkpoints and Qwen's FP8 layout (E4M3, 128x128 blocks); rejects others
+/// with the reason.
+fn check_quantization(c: &pocket_formats::ModelConfig) -> Result<()> {
+    let Some(q) = c.get("quantization_config") else {
+        return Ok(());
+    };
+    let method = q.get("quant_method").and_then(|v| v.as_str()).unwrap_or("");
+    if method != "fp8" {
+        return Err(LayerError::Config(format!(
+            "quantization method `{method}` is not supported (fp8 with 128x128 blocks is)"
+        )));
+    }
+    let block: Option<Vec<u64>> = q
+        .get("weight_block_size")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
+    if block.as_deref() != Some(&[128, 128][..]) {
+        return Err(LayerError::Config(format!(
+            "fp8 weight_block_size {block:?} is not supported (only [128, 128])"
+        )));
+    }
+    Ok(())
+}
+
+impl Model for Qwen35Model {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    fn forward(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<&Tensor> {
+        if plan.num_tokens() == 0 {
+            return Err(LayerError::Shape("empty batch".into()));
+        }
+        if let Err(e) = self.run(plan, cache) {
+            // A failed step may have advanced some layers' states: they cannot be trusted.
+            for &id in &plan.seq_ids {
+                self.states.free_sequence(id);
+            }
+            return Err(e);
+        }
+        Ok(&self.ws.logits)
+    }
+}

@@ -1,0 +1,197 @@
+//! The Gated DeltaNet token mixer (Qwen3.5 / Qwen3-Next linear attention): in-projections, the
+//! short causal conv with its state, the gated delta rule (chunked for prefill, recurrent for
+//! decode), the gated RMSNorm and the output projection. Its state lives in a
+//! [`crate::StateCache`] layer with two tensors: the conv window and the delta-rule matrices.
+
+use pocket_kernels::{DeltaRuleParams, Device, RecurrentMeta, Tensor};
+
+use crate::scratch::{fit, view, workspace};
+use crate::{LayerError, Linear, Result, StateCache};
+
+/// One Gated DeltaNet layer.
+pub struct GatedDeltaNet {
+    /// `[2 * k_heads * k_dim + v_heads * v_dim, hidden]`: the mixed `[q | k | v]` projection.
+    pub in_qkv: Linear,
+    /// `[v_heads * v_dim, hidden]`: the output gate `z`.
+    pub in_z: Linear,
+    /// `[v_heads, hidden]`: the write strength `b` (beta = sigmoid(b)).
+    pub in_b: Linear,
+    /// `[v_heads, hidden]`: the decay input `a`.
+    pub in_a: Linear,
+    /// `[v_heads * v_dim, hidden]` output projection (stored `[hidden, v_heads * v_dim]`).
+    pub out: Linear,
+    /// `[channels, kernel]` f32 depthwise conv taps.
+    pub conv_weight: Tensor,
+    /// `[v_heads]` f32 `-exp(A_log)`.
+    pub a_neg: Tensor,
+    /// `[v_heads]` f32 decay bias.
+    pub dt_bias: Tensor,
+    /// `[v_dim]` f32 scale of the gated RMSNorm (applied as is).
+    pub norm_weight: Tensor,
+    /// Epsilon of the gated RMSNorm.
+    pub norm_eps: f32,
+    /// Heads, dims and head grouping of the delta rule.
+    pub params: DeltaRuleParams,
+    /// Index of this layer's tensors in the state cache.
+    pub state_layer: usize,
+}
+
+/// Intermediate activations of [`GatedDeltaNet::forward`], reused across steps.
+pub struct DeltaNetScratch {
+    qkv: Tensor,
+    conv: Tensor,
+    z: Tensor,
+    a: Tensor,
+    b: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    core: Tensor,
+    normed: Tensor,
+}
+
+impl DeltaNetScratch {
+    /// Workspaces for `rows` tokens of a layer with these params (grown on demand).
+    pub fn new(dev: &Device, rows: usize, p: &DeltaRuleParams) -> Result<Self> {
+        let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+        Ok(DeltaNetScratch {
+            qkv: workspace(dev, rows, w)?,
+            conv: workspace(dev, rows, w)?,
+            z: workspace(dev, rows, vw)?,
+            a: workspace(dev, rows, h)?,
+            b: workspace(dev, rows, h)?,
+            g: workspace(dev, rows, h)?,
+            beta: workspace(dev, rows, h)?,
+            core: workspace(dev, rows, vw)?,
+            normed: workspace(dev, rows, vw)?,
+        })
+    }
+}
+
+impl GatedDeltaNet {
+    /// The per-sequence state shapes of one layer: the conv window `[kernel - 1, channels]` and
+    /// the delta-rule state `[v_heads, k_dim, v_dim]` (the [`crate::StateCacheConfig`] entry).
+    pub fn slot_shapes(p: &DeltaRuleParams, kernel: usize) -> Vec<Vec<usize>> {
+        vec![
+            vec![kernel.saturating_sub(1), p.qkv_width()],
+            vec![p.v_heads, p.k_dim, p.v_dim],
+        ]
+    }
+
+    /// Conv kernel length.
+    pub fn kernel(&self) -> usize {
+        self.conv_weight.shape.get(1).copied().unwrap_or(0)
+    }
+
+    /// Checks that the parts agree with the params.
+    pub fn validate(&self) -> Result<()> {
+        let p = &self.params;
+        let (w, vw) = (p.qkv_width(), p.v_heads * p.v_dim);
+        let hidden = self.in_qkv.in_features();
+        let ok = self.in_qkv.out_features() == w
+            && self.in_z.out_features() == vw
+            && self.in_b.out_features() == p.v_heads
+            && self.in_a.out_features() == p.v_heads
+            && [&self.in_z, &self.in_b, &self.in_a]
+                .iter()
+                .all(|l| l.in_features() == hidden)
+            && self.out.in_features() == vw
+            && self.out.out_features() == hidden
+            && self.conv_weight.shape.len() == 2
+            && self.conv_weight.shape[0] == w
+            && self.kernel() >= 2
+            && self.a_neg.numel() == p.v_heads
+            && self.dt_bias.numel() == p.v_heads
+            && self.norm_weight.numel() == p.v_dim
+            && p.k_heads > 0
+            && p.v_heads.is_multiple_of(p.k_heads);
+        if !ok {
+            return Err(LayerError::Shape(format!(
+                "gated deltanet layer {}: parts do not fit {p:?} (qkv {}x{}, z {}, conv {:?})",
+                self.state_layer,
+                self.in_qkv.out_features(),
+                hidden,
+                self.in_z.out_features(),
+                self.conv_weight.shape
+            )));
+        }
+        Ok(())
+    }
+
+    /// `out[n, hidden] = deltanet(x[n, hidden])`, continuing and updating each sequence's state.
+    /// Batches where every sequence has one row take the recurrent (decode) form of the delta
+    /// rule; any longer sequence takes the chunked (prefill) form for the whole batch.
+    pub fn forward(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        meta: &RecurrentMeta,
+        states: &mut StateCache,
+        s: &mut DeltaNetScratch,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let p = &self.params;
+        let n = x.rows();
+        let vw = p.v_heads * p.v_dim;
+        for t in [
+            &mut s.qkv,
+            &mut s.conv,
+            &mut s.z,
+            &mut s.a,
+            &mut s.b,
+            &mut s.g,
+            &mut s.beta,
+            &mut s.core,
+            &mut s.normed,
+        ] {
+            fit(dev, t, n)?;
+        }
+        self.in_qkv.forward(dev, x, &mut s.qkv)?;
+        self.in_z.forward(dev, x, &mut s.z)?;
+        self.in_b.forward(dev, x, &mut s.b)?;
+        self.in_a.forward(dev, x, &mut s.a)?;
+        let layer = states.layer_mut(self.state_layer)?;
+        let [conv_state, ssm_state] = layer else {
+            return Err(LayerError::Config(format!(
+                "state layer {} holds {} tensors, a deltanet layer needs 2",
+                self.state_layer,
+                layer.len()
+            )));
+        };
+        dev.causal_conv1d_silu(&s.qkv, &self.conv_weight, conv_state, meta, &mut s.conv)?;
+        dev.delta_gates(
+            &s.a,
+            &s.b,
+            &self.a_neg,
+            &self.dt_bias,
+            &mut s.g,
+            &mut s.beta,
+        )?;
+        if meta.max_rows <= 1 {
+            dev.gated_delta_rule_recurrent(
+                &s.conv,
+                &s.g,
+                &s.beta,
+                ssm_state,
+                meta,
+                p,
+                &mut s.core,
+            )?;
+        } else {
+            dev.gated_delta_rule_chunked(&s.conv, &s.g, &s.beta, ssm_state, meta, p, &mut s.core)?;
+        }
+        view(&mut s.core, &[n * p.v_heads, p.v_dim])?;
+        view(&mut s.z, &[n * p.v_heads, p.v_dim])?;
+        view(&mut s.normed, &[n * p.v_heads, p.v_dim])?;
+        dev.gated_rms_norm(
+            &s.core,
+            &s.z,
+            &self.norm_weight,
+            self.norm_eps,
+            &mut s.normed,
+        )?;
+        for t in [&mut s.core, &mut s.z, &mut s.normed] {
+            view(t, &[n, vw])?;
+        }
+        self.out.forward(dev, &s.normed, out)
+    }
+}
