@@ -41,7 +41,9 @@ pub enum RegistryError {
 
 /// Every architecture name this build can load.
 pub fn supported_architectures() -> Vec<&'static str> {
-    pocket_model_llama::ARCHITECTURES.to_vec()
+    let mut v = pocket_model_llama::ARCHITECTURES.to_vec();
+    v.extend_from_slice(pocket_model_qwen35::ARCHITECTURES);
+    v
 }
 
 /// The architecture a checkpoint names.
@@ -72,6 +74,18 @@ pub fn load_model(
         return Ok(Box::new(pocket_model_llama::LlamaModel::load(
             store, dev, o,
         )?));
+    }
+    if pocket_model_qwen35::ARCHITECTURES.contains(&arch.as_str()) {
+        let o = pocket_model_qwen35::LoadOptions {
+            max_seq_len: opts.max_seq_len,
+            ..Default::default()
+        };
+        let model = pocket_model_qwen35::Qwen35Model::load(store, dev, o)?;
+        // The vision tower and MTP head are not part of the text model: say so, once, at load.
+        for note in model.notes() {
+            eprintln!("qwen35: {note}");
+        }
+        return Ok(Box::new(model));
     }
     Err(RegistryError::Unsupported {
         name: arch,
