@@ -122,9 +122,14 @@ impl Tokenizer {
             valid(v.eos_token_id),
             valid(v.eot_token_id),
         );
+        // without the key: SentencePiece and the Llama 3 family add BOS (llama.cpp's defaults)
+        let llama3 = matches!(
+            v.pre.as_deref(),
+            Some("llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral")
+        );
         let add_bos = v
             .add_bos_token
-            .unwrap_or(vt.model == VocabModel::SentencePiece)
+            .unwrap_or(vt.model == VocabModel::SentencePiece || llama3)
             && bos.is_some();
         let add_eos = v.add_eos_token.unwrap_or(false) && eos.is_some();
         let mut stop_ids: Vec<u32> = [eos, eot].into_iter().flatten().collect();
