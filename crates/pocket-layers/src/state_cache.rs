@@ -163,10 +163,12 @@ impl StateCache {
             }
             match self.seqs.get(&id) {
                 Some(st) if st.len == first => {}
-                Some(st) => return Err(LayerError::Shape(format!(
+                Some(st) => {
+                    return Err(LayerError::Shape(format!(
                     "sequence {id}: recurrent state covers {} tokens, the step starts at {first}",
                     st.len
-                ))),
+                )))
+                }
                 None => return Err(LayerError::UnknownSequence(id)),
             }
         }
@@ -256,5 +258,80 @@ impl StateBatch {
         self.meta.num_seqs = plan.slots.len();
         self.meta.max_rows = plan.max_rows;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(max_seqs: usize) -> StateCache {
+        let cfg = StateCacheConfig {
+            num_layers: 2,
+            slot_shapes: vec![vec![3, 4], vec![2, 2, 2]],
+            max_seqs,
+        };
+        StateCache::new(&Device::cpu(), cfg).unwrap()
+    }
+
+    /// A plan of sequences `(id, first position, rows)`.
+    fn plan(seqs: &[(SeqId, u32, u32)]) -> BatchPlan {
+        let mut p = BatchPlan {
+            query_start: vec![0],
+            ..Default::default()
+        };
+        for &(id, start, rows) in seqs {
+            p.seq_ids.push(id);
+            p.positions.extend(start..start + rows);
+            p.query_start.push(p.positions.len() as u32);
+        }
+        p
+    }
+
+    #[test]
+    fn fresh_then_continue() {
+        let mut c = cache(2);
+        let p = c.plan(&plan(&[(1, 0, 5), (2, 0, 1)]), |_| true).unwrap();
+        assert_eq!(p.has_state, vec![0, 0]);
+        assert_eq!(p.max_rows, 5);
+        assert_ne!(p.slots[0], p.slots[1]);
+        let q = c.plan(&plan(&[(2, 1, 1), (1, 5, 1)]), |_| true).unwrap();
+        assert_eq!(q.has_state, vec![1, 1]);
+        assert_eq!(q.slots, vec![p.slots[1], p.slots[0]]);
+        assert_eq!(c.seq_len(1), Some(6));
+        assert_eq!(c.layer_mut(1).unwrap()[1].shape, vec![2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn gaps_unknown_and_full_are_errors() {
+        let mut c = cache(1);
+        c.plan(&plan(&[(1, 0, 3)]), |_| true).unwrap();
+        assert!(matches!(
+            c.plan(&plan(&[(1, 4, 1)]), |_| true),
+            Err(LayerError::Shape(_))
+        ));
+        assert!(matches!(
+            c.plan(&plan(&[(9, 2, 1)]), |_| true),
+            Err(LayerError::UnknownSequence(9))
+        ));
+        assert!(matches!(
+            c.plan(&plan(&[(2, 0, 1)]), |_| true),
+            Err(LayerError::CacheFull { .. })
+        ));
+        // Once the KV cache no longer knows sequence 1, its slot is reclaimed.
+        let p = c.plan(&plan(&[(2, 0, 1)]), |id| id != 1).unwrap();
+        assert_eq!(p.has_state, vec![0]);
+        assert!(!c.contains(1));
+    }
+
+    #[test]
+    fn restart_at_zero_resets() {
+        let mut c = cache(1);
+        c.plan(&plan(&[(1, 0, 3)]), |_| true).unwrap();
+        let p = c.plan(&plan(&[(1, 0, 2)]), |_| true).unwrap();
+        assert_eq!(p.has_state, vec![0]);
+        assert_eq!(c.seq_len(1), Some(2));
+        c.free_sequence(1);
+        assert_eq!(c.free_slots(), 1);
     }
 }
