@@ -132,6 +132,14 @@ CONVERSATIONS = {
         "tools": [WEATHER_TOOL],
         "only": ["python-compat.jinja"],
     },
+    "probe2": {
+        "messages": [
+            {"role": "user", "content": "hello world, hello"},
+            {"role": "assistant", "content": "Hi"},
+            {"role": "user", "content": "Bye"},
+        ],
+        "only": ["python-compat-2.jinja"],
+    },
 }
 
 
@@ -159,8 +167,9 @@ def render(template, conv, add_generation_prompt):
 
 
 def main():
-    files = sorted(TEMPLATES.glob("*.jinja")) + [LOCAL / "python-compat.jinja"]
-    if not files[:-1]:
+    probes = [LOCAL / "python-compat.jinja", LOCAL / "python-compat-2.jinja"]
+    files = sorted(TEMPLATES.glob("*.jinja")) + probes
+    if not files[: -len(probes)]:
         sys.exit(f"no templates in {TEMPLATES}")
     cases = []
     for path in files:
@@ -169,7 +178,7 @@ def main():
             only = conv.get("only")
             if only is not None and path.name not in only:
                 continue
-            if only is None and path.name == "python-compat.jinja":
+            if only is None and path in probes:
                 continue
             for agp in (False, True):
                 case = {

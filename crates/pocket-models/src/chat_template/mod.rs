@@ -112,6 +112,10 @@ impl ChatTemplate {
             },
         );
         env.add_filter("string", |v: Value| pycompat::string_filter(&v));
+        env.add_filter("wordcount", |s: String| pycompat::wordcount(&s));
+        // jinja2's `attr` reads Python attributes, which the template's dicts, lists and strings
+        // do not have as data: it gives undefined where minijinja's would look the key up
+        env.add_filter("attr", |_v: Value, _name: String| Value::UNDEFINED);
         env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
             let mut s = String::new();
             pycompat::py_str(&msg, &mut s, false);

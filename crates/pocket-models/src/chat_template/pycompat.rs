@@ -82,6 +82,20 @@ pub(crate) fn string_filter(v: &Value) -> Value {
     Value::from(s)
 }
 
+/// jinja2's `wordcount`: the number of `\w+` runs.
+pub(crate) fn wordcount(s: &str) -> usize {
+    let mut n = 0;
+    let mut in_word = false;
+    for c in s.chars() {
+        let w = c.is_alphanumeric() || c == '_';
+        if w && !in_word {
+            n += 1;
+        }
+        in_word = w;
+    }
+    n
+}
+
 /// Python `json.dumps` string escaping.
 fn json_str(s: &str, ensure_ascii: bool, out: &mut String) {
     out.push('"');
