@@ -66,9 +66,46 @@ pub(crate) fn py_str(v: &Value, out: &mut String, nested: bool) {
             }
             out.push(']');
         }
+        ValueKind::Number => number(v, out),
         _ => {
             let _ = write!(out, "{v}");
         }
+    }
+}
+
+/// Writes a number: integers as they are, floats as Python's `repr(float)`.
+fn number(v: &Value, out: &mut String) {
+    match f64::try_from(v.clone()) {
+        Ok(f) if !v.is_integer() => py_float(f, out),
+        _ => {
+            let _ = write!(out, "{v}");
+        }
+    }
+}
+
+/// Python's `repr(float)`: shortest round-trip digits, fixed notation for exponents -4..16,
+/// otherwise `d.ddde+XX`.
+pub(crate) fn py_float(f: f64, out: &mut String) {
+    if f.is_nan() {
+        out.push_str("nan");
+        return;
+    }
+    if f.is_infinite() {
+        out.push_str(if f > 0.0 { "inf" } else { "-inf" });
+        return;
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..16).contains(&exp) {
+        let fixed = format!("{f}");
+        out.push_str(&fixed);
+        if !fixed.contains('.') {
+            out.push_str(".0");
+        }
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        let _ = write!(out, "{mantissa}e{sign}{:02}", exp.abs());
     }
 }
 
@@ -140,9 +177,7 @@ fn json_value(v: &Value, st: &JsonStyle, depth: usize, out: &mut String) -> Resu
     match v.kind() {
         ValueKind::None | ValueKind::Undefined => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
-        ValueKind::Number => {
-            let _ = write!(out, "{v}");
-        }
+        ValueKind::Number => number(v, out),
         ValueKind::String => json_str(v.as_str().unwrap_or_default(), st.ensure_ascii, out),
         ValueKind::Map => {
             let mut keys: Vec<Value> = v.try_iter()?.collect();
