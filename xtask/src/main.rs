@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask <task>`.
 
+mod bench;
 mod build_ptx;
 mod device_bundle;
 
@@ -9,8 +10,9 @@ fn main() {
     let result = match task {
         "build-ptx" => build_ptx::run(&args[1..]),
         "device-bundle" => device_bundle::run(&args[1..]),
+        "bench" => bench::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <build-ptx|device-bundle>");
+            eprintln!("usage: cargo xtask <build-ptx|device-bundle|bench>");
             std::process::exit(2);
         }
     };

@@ -28,6 +28,8 @@ pub struct RunRequest {
     pub settings: RunSettings,
     /// llama-bench to run beside ours.
     pub compare_llama_bench: Option<PathBuf>,
+    /// The model llama-bench runs, when not the same as ours (a GGUF twin of a safetensors model).
+    pub llama_model: Option<String>,
     /// Where records go.
     pub record_dir: Option<PathBuf>,
     /// Synthetic generation settings.
@@ -96,11 +98,19 @@ fn open_target(req: &RunRequest, path: &Path) -> Result<Box<dyn Target>> {
         ("standin", d) => Err(BenchError::Usage(format!(
             "the stand-in runs on the CPU only, not `{d}`"
         ))),
+        #[cfg(not(feature = "engine"))]
         ("pocket", _) => Err(BenchError::Usage(
-            "this build of pocket-bench has no engine adaptor yet (the Engine had not landed); \
-             use --engine standin to exercise the harness"
-                .into(),
+            "pocket-bench was built without the `engine` feature; use --engine standin".into(),
         )),
+        #[cfg(feature = "engine")]
+        ("pocket", d) => {
+            let s = &req.settings;
+            let max_seq = s.depth + s.prompt_tokens.max(1) + s.gen_tokens + 8;
+            let step = s.batch * s.depth.max(s.prompt_tokens).max(1);
+            Ok(Box::new(crate::engine::EngineTarget::open(
+                path, d, s.batch, max_seq, step,
+            )?))
+        }
         (e, _) => Err(BenchError::Usage(format!(
             "unknown engine `{e}` (pocket|standin)"
         ))),
@@ -167,14 +177,23 @@ pub fn run_e2e(req: &RunRequest) -> Result<Record> {
     });
     let mut llama = None;
     if let Some(exe) = &req.compare_llama_bench {
-        if !is_gguf {
+        let llama_path = match &req.llama_model {
+            Some(spec) => {
+                let (p, _) = resolve_model(spec, req.synth_dir.as_deref(), &req.synth)?;
+                notes.push(format!("llama-bench ran on {spec}, ours on {}", req.model));
+                p
+            }
+            None => path.clone(),
+        };
+        let llama_is_gguf = req.llama_model.is_some() || is_gguf;
+        if !llama_is_gguf {
             notes.push("llama-bench skipped: the model is not a GGUF".into());
         } else if settings.batch != 1 {
             notes.push("llama-bench skipped: it has no concurrent-sequence batch".into());
         } else {
             let args = LlamaBenchArgs {
                 exe,
-                model: &path,
+                model: &llama_path,
                 prompt: settings.prompt_tokens,
                 gen: settings.gen_tokens,
                 reps: settings.reps,

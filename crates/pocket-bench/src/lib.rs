@@ -17,11 +17,14 @@ pub mod vocab;
 pub use error::{BenchError, Result};
 pub mod cli;
 pub mod e2e;
+#[cfg(feature = "engine")]
+pub mod engine;
 pub mod llama_bench;
 pub mod record;
 pub mod report;
 pub mod roofline;
 pub mod runner;
+pub mod sets;
 pub mod stats;
 pub mod sysinfo;
 pub mod target;

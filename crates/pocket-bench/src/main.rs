@@ -19,6 +19,7 @@ const USAGE: &str = "usage:
                    [--prompt-tokens N] [--gen-tokens M] [--reps R] [--warmup W] [--batch B] [--depth D]
                    [--threads T] [--compare-llama-bench PATH] [--record-dir DIR] [--synth-dir DIR]
                    [--vocab-dir DIR] [--json]
+  pocket-bench set cuda|hybrid|moe|cpu [run options except --model] [--delete-after]
   pocket-bench report DIR
   pocket-bench presets
   pocket-bench bandwidth [--mib N] [--threads T]
@@ -66,32 +67,30 @@ fn cmd_synth(argv: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn cmd_run(argv: &[String]) -> Result<()> {
-    let a = Args::parse(argv, &["json"])?;
-    a.only(&[
-        "model",
-        "device",
-        "engine",
-        "prompt-tokens",
-        "gen-tokens",
-        "reps",
-        "warmup",
-        "batch",
-        "depth",
-        "threads",
-        "compare-llama-bench",
-        "record-dir",
-        "synth-dir",
-        "vocab-dir",
-        "seed",
-        "json",
-    ])?;
-    let model = a
-        .get("model")
-        .ok_or_else(|| BenchError::Usage("run needs --model".into()))?
-        .to_string();
-    let threads = threads(&a)?;
-    let req = RunRequest {
+const RUN_OPTS: &[&str] = &[
+    "model",
+    "llama-model",
+    "device",
+    "engine",
+    "prompt-tokens",
+    "gen-tokens",
+    "reps",
+    "warmup",
+    "batch",
+    "depth",
+    "threads",
+    "compare-llama-bench",
+    "record-dir",
+    "synth-dir",
+    "vocab-dir",
+    "seed",
+    "json",
+    "delete-after",
+];
+
+fn request(a: &Args, model: String, threads: Option<usize>) -> Result<RunRequest> {
+    Ok(RunRequest {
+        llama_model: a.get("llama-model").map(str::to_string),
         model,
         device: a.get("device").unwrap_or("cpu").to_string(),
         engine: a.get("engine").unwrap_or("pocket").to_string(),
@@ -107,14 +106,80 @@ fn cmd_run(argv: &[String]) -> Result<()> {
         },
         compare_llama_bench: a.get("compare-llama-bench").map(PathBuf::from),
         record_dir: a.get("record-dir").map(PathBuf::from),
-        synth: synth_opts(&a)?,
+        synth: synth_opts(a)?,
         synth_dir: a.get("synth-dir").map(PathBuf::from),
-    };
+    })
+}
+
+fn cmd_run(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["json"])?;
+    a.only(RUN_OPTS)?;
+    let model = a
+        .get("model")
+        .ok_or_else(|| BenchError::Usage("run needs --model".into()))?
+        .to_string();
+    let threads = threads(&a)?;
+    let req = request(&a, model, threads)?;
     let rec = run_e2e(&req)?;
     if a.flag("json") {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else {
         print!("{}", summary(&rec));
+    }
+    Ok(())
+}
+
+fn cmd_set(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["json", "delete-after"])?;
+    a.only(RUN_OPTS)?;
+    let [name] = a.positional.as_slice() else {
+        return Err(BenchError::Usage("set NAME".into()));
+    };
+    let threads = threads(&a)?;
+    let mut failed = 0;
+    let mut rows = Vec::new();
+    for e in pocket_bench::sets::set(name)? {
+        let mut req = request(&a, e.model.to_string(), threads)?;
+        if a.get("llama-model").is_none() {
+            req.llama_model = e.llama_model.map(str::to_string);
+        }
+        if a.get("prompt-tokens").is_none() {
+            req.settings.prompt_tokens = e.prompt;
+        }
+        if a.get("gen-tokens").is_none() {
+            req.settings.gen_tokens = e.gen;
+        }
+        eprintln!("== {}", e.model);
+        match run_e2e(&req) {
+            Ok(rec) => {
+                print!("{}", summary(&rec));
+                rows.push(pocket_bench::report::row(&rec));
+            }
+            Err(err) => {
+                failed += 1;
+                eprintln!("{}: {err}", e.model);
+            }
+        }
+        if a.flag("delete-after") {
+            for spec in std::iter::once(e.model).chain(e.llama_model) {
+                if let Some(Ok(s)) = pocket_bench::synth::SyntheticSpec::parse(spec) {
+                    let dir = req
+                        .synth_dir
+                        .clone()
+                        .unwrap_or_else(pocket_bench::synth::cache_dir);
+                    if let Ok(f) = s.file_name() {
+                        let p = dir.join(f);
+                        let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
+                    }
+                }
+            }
+        }
+    }
+    println!("\n{}{}", pocket_bench::report::header(), rows.concat());
+    if failed > 0 {
+        return Err(BenchError::Model(format!(
+            "{failed} run(s) of set {name} failed"
+        )));
     }
     Ok(())
 }
@@ -171,6 +236,7 @@ fn main() -> ExitCode {
     let r = match cmd.as_str() {
         "synth" => cmd_synth(rest),
         "run" => cmd_run(rest),
+        "set" => cmd_set(rest),
         "report" => cmd_report(rest),
         "presets" => {
             cmd_presets();

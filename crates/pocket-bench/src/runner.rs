@@ -79,7 +79,7 @@ pub fn run(t: &mut dyn Target, s: &RunSettings) -> Result<Measurements> {
     let (mut pp, mut tg, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..s.warmup + s.reps {
         let record = rep >= s.warmup;
-        if s.prompt_tokens > 0 {
+        if s.prompt_tokens > 0 && (s.depth == 0 || t.can_append()) {
             fill_depth(t, s, &mut rng)?;
             let prompt = tokens(&mut rng, s.prompt_tokens, s.vocab);
             let start = Instant::now();
@@ -92,10 +92,16 @@ pub fn run(t: &mut dyn Target, s: &RunSettings) -> Result<Measurements> {
         }
         if s.gen_tokens > 0 {
             fill_depth(t, s, &mut rng)?;
-            let first = tokens(&mut rng, 1, s.vocab);
             let start = Instant::now();
-            t.prefill(s.batch, &first)?;
-            for _ in 1..s.gen_tokens {
+            // gen_tokens forwards of one token: the first feeds a fresh token (depth 0) or the
+            // token sampled after the depth fill
+            let steps = if s.depth > 0 && !t.can_append() {
+                s.gen_tokens
+            } else {
+                t.prefill(s.batch, &tokens(&mut rng, 1, s.vocab))?;
+                s.gen_tokens - 1
+            };
+            for _ in 0..steps {
                 t.decode_step()?;
             }
             let dt = start.elapsed().as_secs_f64();

@@ -20,6 +20,10 @@ pub trait Target {
     fn prefill(&mut self, batch: usize, tokens: &[u32]) -> Result<()>;
     /// Generates one more token for every live sequence (synchronised).
     fn decode_step(&mut self) -> Result<()>;
+    /// Whether a prompt can be appended to live sequences (prefill at a context depth).
+    fn can_append(&self) -> bool {
+        true
+    }
     /// Peak device memory in bytes since the target was created, when the device reports it.
     fn device_peak_bytes(&self) -> Option<u64> {
         None
