@@ -120,3 +120,46 @@ fn templates_match_python_jinja2() {
     );
     assert!(passed > 100, "only {passed} cases");
 }
+
+#[test]
+fn openai_string_arguments_render_like_objects() {
+    use pocket_models::chat_template::parse_tool_call_arguments;
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(data_dir().join("expected.json")).expect("expected.json missing"),
+    )
+    .unwrap();
+    let case = fixture["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["template"] == "Qwen-Qwen2.5-7B-Instruct.jinja"
+                && c["conversation"] == "tool_call_roundtrip"
+                && c["add_generation_prompt"] == true
+        })
+        .expect("qwen tool-call case");
+    // the same conversation as an OpenAI client sends it: arguments as a JSON string
+    let mut messages = case["messages"].clone();
+    for m in messages.as_array_mut().unwrap() {
+        if let Some(calls) = m.get_mut("tool_calls") {
+            for c in calls.as_array_mut().unwrap() {
+                let args = c["function"]["arguments"].to_string();
+                c["function"]["arguments"] = Value::String(args);
+            }
+        }
+    }
+    parse_tool_call_arguments(&mut messages);
+    assert_eq!(messages, case["messages"]);
+    let tpl = ChatTemplate::new(&template_source("Qwen-Qwen2.5-7B-Instruct.jinja")).unwrap();
+    let opts = RenderOptions {
+        add_generation_prompt: true,
+        tools: case["tools"].as_array().cloned(),
+        bos_token: Some("<|bos|>".into()),
+        eos_token: Some("<|eos|>".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        tpl.render_json(&messages, &opts).unwrap(),
+        case["output"].as_str().unwrap()
+    );
+}

@@ -93,3 +93,30 @@ impl ChatMessage {
         Self::new("tool", content)
     }
 }
+
+/// OpenAI clients send tool-call arguments as a JSON string; chat templates expect an object (they
+/// apply `tojson` to it). Parses every `tool_calls[].function.arguments` string that holds a JSON
+/// object into that object, as vLLM does before rendering; other strings are left as they are.
+pub fn parse_tool_call_arguments(messages: &mut serde_json::Value) {
+    let Some(list) = messages.as_array_mut() else {
+        return;
+    };
+    for m in list {
+        let Some(calls) = m.get_mut("tool_calls").and_then(|c| c.as_array_mut()) else {
+            continue;
+        };
+        for call in calls {
+            let Some(args) = call
+                .get_mut("function")
+                .and_then(|f| f.get_mut("arguments"))
+            else {
+                continue;
+            };
+            if let Some(text) = args.as_str() {
+                if let Ok(obj @ serde_json::Value::Object(_)) = serde_json::from_str(text) {
+                    *args = obj;
+                }
+            }
+        }
+    }
+}

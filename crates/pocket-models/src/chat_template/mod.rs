@@ -25,7 +25,9 @@ use std::sync::Arc;
 use minijinja::value::Kwargs;
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Value};
 
-pub use messages::{ChatMessage, FunctionCall, MessageContent, ToolCall};
+pub use messages::{
+    parse_tool_call_arguments, ChatMessage, FunctionCall, MessageContent, ToolCall,
+};
 pub use pycompat::DateTime;
 
 const TEMPLATE_NAME: &str = "chat_template";
