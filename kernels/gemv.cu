@@ -109,17 +109,23 @@ struct Q8Act {
     const float* s;
 };
 
-// Each format: TPB (threads per block), and dot(row, aux, blk, part, act) over the part's
-// elements of block `blk`. A warp walks work items w = blk * TPB + part.
+// Each format: TPB (threads per block of weights), a `Raw` register image of one work item's
+// weight bytes, `load(row, aux, blk, part)` that issues its global loads, and `dot(raw, blk, part,
+// act)` over the part's elements. Loading is split from arithmetic so the GEMV loop can put
+// several work items' loads in flight before it consumes the first (decode GEMV is bound by bytes
+// in flight per SM, not by arithmetic).
 
-struct DotQ4_0 {
-    using Fmt = FmtQ4_0;  // repacked: 16 quant bytes per block + f16 scales apart
+struct DotQ4_0 {  // repacked: 16 quant bytes per block + f16 scales apart
+    using Fmt = FmtQ4_0;
     static constexpr int QK = 32, TPB = 1;
-    DEVI static float dot(const uint8_t* row, const uint8_t* aux, int blk, int, const Q8Act& a) {
-        uint4 wv = __ldg((const uint4*)(row + (size_t)blk * 16));
+    struct Raw { uint4 q; uint16_t d; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int) {
+        return Raw{__ldg((const uint4*)(row + (size_t)blk * 16)), __ldg(((const uint16_t*)aux) + blk)};
+    }
+    DEVI static float dot(const Raw& r, int blk, int, const Q8Act& a) {
         const int4* ap = (const int4*)(a.q + (size_t)blk * 32);
         int4 a0 = ap[0], a1 = ap[1];
-        uint32_t w4[4] = {wv.x, wv.y, wv.z, wv.w};
+        uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
         int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
         int s = 0;
 #pragma unroll
@@ -127,67 +133,88 @@ struct DotQ4_0 {
             s = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], s);
             s = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], s);
         }
-        float dw = h2f(((const uint16_t*)aux)[blk]);
         // sum (q - 8) * a = sumi - 8 * sum(a)
-        return dw * (a.d[blk] * (float)s - 8.f * a.s[blk]);
+        return h2f(r.d) * (a.d[blk] * (float)s - 8.f * a.s[blk]);
     }
 };
 
-struct DotQ8_0 {
-    using Fmt = FmtQ8_0;  // repacked: 32 quant bytes per block; two threads per block
+struct DotQ8_0 {  // repacked: 32 quant bytes per block; two threads per block
+    using Fmt = FmtQ8_0;
     static constexpr int QK = 32, TPB = 2;
-    DEVI static float dot(const uint8_t* row, const uint8_t* aux, int blk, int part, const Q8Act& a) {
-        int4 wv = __ldg((const int4*)(row + (size_t)blk * 32 + part * 16));
+    struct Raw { int4 q; uint16_t d; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int part) {
+        return Raw{__ldg((const int4*)(row + (size_t)blk * 32 + part * 16)), __ldg(((const uint16_t*)aux) + blk)};
+    }
+    DEVI static float dot(const Raw& r, int blk, int part, const Q8Act& a) {
         int4 av = *(const int4*)(a.q + (size_t)blk * 32 + part * 16);
-        int s = dp4a(wv.x, av.x, 0);
-        s = dp4a(wv.y, av.y, s);
-        s = dp4a(wv.z, av.z, s);
-        s = dp4a(wv.w, av.w, s);
-        float dw = h2f(((const uint16_t*)aux)[blk]);
-        return dw * a.d[blk] * (float)s;
+        int s = dp4a(r.q.x, av.x, 0);
+        s = dp4a(r.q.y, av.y, s);
+        s = dp4a(r.q.z, av.z, s);
+        s = dp4a(r.q.w, av.w, s);
+        return h2f(r.d) * a.d[blk] * (float)s;
     }
 };
 
-struct DotQ4_1 {
-    using Fmt = FmtQ4_1;  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
+struct DotQ4_1 {  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
+    using Fmt = FmtQ4_1;
     static constexpr int QK = 32, TPB = 1;
-    DEVI static float dot(const uint8_t* row, const uint8_t*, int blk, int, const Q8Act& a) {
+    struct Raw { uint32_t dm, w[4]; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int) {
         const uint32_t* b = (const uint32_t*)(row + (size_t)blk * 20);
-        uint32_t dm = __ldg(b);
-        uint32_t w4[4] = {__ldg(b + 1), __ldg(b + 2), __ldg(b + 3), __ldg(b + 4)};
+        return Raw{__ldg(b), {__ldg(b + 1), __ldg(b + 2), __ldg(b + 3), __ldg(b + 4)}};
+    }
+    DEVI static float dot(const Raw& r, int blk, int, const Q8Act& a) {
         const int4* ap = (const int4*)(a.q + (size_t)blk * 32);
         int4 a0 = ap[0], a1 = ap[1];
         int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
         int s = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            s = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], s);
-            s = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], s);
+            s = dp4a((int)(r.w[i] & 0x0f0f0f0f), lo[i], s);
+            s = dp4a((int)((r.w[i] >> 4) & 0x0f0f0f0f), hi[i], s);
         }
-        float d = h2f(dm & 0xffff), m = h2f(dm >> 16);
+        float d = h2f(r.dm & 0xffff), m = h2f(r.dm >> 16);
         return d * a.d[blk] * (float)s + m * a.s[blk];
     }
 };
 
-// Q4_K: 8 threads per 144-byte super-block; thread p reads qs bytes [16p, 16p+16): low nibbles
-// belong to sub-block 2*(p/2), high nibbles to 2*(p/2)+1, each 16 elements at offset 16*(p%2).
+// Byte j (< 12) of the three words holding a K-quant's packed scales, without indexing an array
+// (a run-time index into registers would spill to local memory).
+DEVI int kbyte(uint32_t y, uint32_t z, uint32_t w, int j) {
+    uint32_t word = j < 4 ? y : (j < 8 ? z : w);
+    return (word >> (8 * (j & 3))) & 0xff;
+}
+
+// Q4_K: 8 threads per 144-byte super-block (16-byte aligned). Thread p reads the 16-byte header
+// (d, dmin, scales) and qs bytes [16p, 16p+16): low nibbles belong to sub-block 2*(p/2), high
+// nibbles to 2*(p/2)+1, each 16 elements at offset 16*(p%2).
 struct DotQ4_K {
     using Fmt = FmtQ4_K;
     static constexpr int QK = 256, TPB = 8;
-    DEVI static float dot(const uint8_t* row, const uint8_t*, int blk, int p, const Q8Act& a) {
+    struct Raw { uint4 hdr, q; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
         const uint8_t* b = row + (size_t)blk * 144;
-        uint2 hdr = __ldg((const uint2*)b);
-        uint4 wv = __ldg((const uint4*)(b + 16 + 16 * p));
+        return Raw{__ldg((const uint4*)b), __ldg((const uint4*)(b + 16 + 16 * p))};
+    }
+    DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
         int c = p / 2, h = p % 2;
         int sub0 = 2 * c, sub1 = 2 * c + 1;
-        const uint8_t* sc = b + 4;  // scale bytes: L1 hits after the first thread of the block
+        uint32_t y = r.hdr.y, z = r.hdr.z, w = r.hdr.w;
+        // scale_min_k4 over the 12 scale bytes q[0..12] = bytes of (y, z, w).
         int s0, m0, s1, m1;
-        scale_min_k4(sub0, sc, s0, m0);
-        scale_min_k4(sub1, sc, s1, m1);
+        if (c < 2) {
+            s0 = kbyte(y, z, w, sub0) & 63; m0 = kbyte(y, z, w, sub0 + 4) & 63;
+            s1 = kbyte(y, z, w, sub1) & 63; m1 = kbyte(y, z, w, sub1 + 4) & 63;
+        } else {
+            s0 = (kbyte(y, z, w, sub0 + 4) & 0xF) | ((kbyte(y, z, w, sub0 - 4) >> 6) << 4);
+            m0 = (kbyte(y, z, w, sub0 + 4) >> 4) | ((kbyte(y, z, w, sub0) >> 6) << 4);
+            s1 = (kbyte(y, z, w, sub1 + 4) & 0xF) | ((kbyte(y, z, w, sub1 - 4) >> 6) << 4);
+            m1 = (kbyte(y, z, w, sub1 + 4) >> 4) | ((kbyte(y, z, w, sub1) >> 6) << 4);
+        }
         size_t ab0 = (size_t)blk * 8 + sub0, ab1 = ab0 + 1;
         int4 alo = *(const int4*)(a.q + ab0 * 32 + 16 * h);
         int4 ahi = *(const int4*)(a.q + ab1 * 32 + 16 * h);
-        uint32_t w4[4] = {wv.x, wv.y, wv.z, wv.w};
+        uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
         int lo[4] = {alo.x, alo.y, alo.z, alo.w}, hi[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
         int slo = 0, shi = 0;
 #pragma unroll
@@ -195,11 +222,11 @@ struct DotQ4_K {
             slo = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], slo);
             shi = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], shi);
         }
-        float d = h2f(hdr.x & 0xffff), dmin = h2f(hdr.x >> 16);
-        float r = d * (a.d[ab0] * (float)(s0 * slo) + a.d[ab1] * (float)(s1 * shi));
+        float d = h2f(r.hdr.x & 0xffff), dmin = h2f(r.hdr.x >> 16);
+        float res = d * (a.d[ab0] * (float)(s0 * slo) + a.d[ab1] * (float)(s1 * shi));
         // The min term covers whole 32-element activation blocks: the h == 0 thread adds it once.
-        if (h == 0) r -= dmin * ((float)m0 * a.s[ab0] + (float)m1 * a.s[ab1]);
-        return r;
+        if (h == 0) res -= dmin * ((float)m0 * a.s[ab0] + (float)m1 * a.s[ab1]);
+        return res;
     }
 };
 
@@ -209,11 +236,24 @@ struct DotQ4_K {
 struct DotQ6_K {
     using Fmt = FmtQ6_K;
     static constexpr int QK = 256, TPB = 8;
-    DEVI static float dot(const uint8_t* row, const uint8_t*, int blk, int p, const Q8Act& a) {
+    struct Raw { uint32_t l[8], h[8]; uint16_t d, sc; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
         const uint8_t* b = row + (size_t)blk * 210;
         int n = p / 4, k = p % 4;
         const uint16_t* ql = (const uint16_t*)(b + 64 * n + 32 * (k & 1));
         const uint16_t* qh = (const uint16_t*)(b + 128 + 32 * n);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            r.l[i] = (uint32_t)__ldg(ql + 2 * i) | ((uint32_t)__ldg(ql + 2 * i + 1) << 16);
+            r.h[i] = (uint32_t)__ldg(qh + 2 * i) | ((uint32_t)__ldg(qh + 2 * i + 1) << 16);
+        }
+        r.sc = __ldg((const uint16_t*)(b + 192 + 8 * n + 2 * k));
+        r.d = __ldg((const uint16_t*)(b + 208));
+        return r;
+    }
+    DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
+        int n = p / 4, k = p % 4;
         int shl = (k >> 1) * 4, shh = 2 * k;
         size_t ab = (size_t)blk * 8 + 4 * n + k;
         const int4* ap = (const int4*)(a.q + ab * 32);
@@ -225,21 +265,20 @@ struct DotQ6_K {
             int t = 0, off = 0;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int e = 16 * half + 4 * i;  // element offset within the 32
-                uint32_t l = (uint32_t)__ldg(ql + e / 2) | ((uint32_t)__ldg(ql + e / 2 + 1) << 16);
-                uint32_t hh = (uint32_t)__ldg(qh + e / 2) | ((uint32_t)__ldg(qh + e / 2 + 1) << 16);
-                uint32_t q = ((l >> shl) & 0x0f0f0f0f) | (((hh >> shh) & 0x03030303) << 4);
+                uint32_t q = ((r.l[4 * half + i] >> shl) & 0x0f0f0f0f) | (((r.h[4 * half + i] >> shh) & 0x03030303) << 4);
                 // q is 0..63 per byte; (q - 32) . a = q . a - 32 * sum(a)
                 t = dp4a((int)q, aw[i], t);
                 off = dp4a(0x20202020, aw[i], off);
             }
             s[half] = t - off;
         }
-        const int8_t* scl = (const int8_t*)(b + 192 + 8 * n + 2 * k);
-        float d = h2f(ld_u16(b + 208));
-        return d * a.d[ab] * ((float)scl[0] * (float)s[0] + (float)scl[1] * (float)s[1]);
+        float sc0 = (float)(int8_t)(r.sc & 0xff), sc1 = (float)(int8_t)(r.sc >> 8);
+        return h2f(r.d) * a.d[ab] * (sc0 * (float)s[0] + sc1 * (float)s[1]);
     }
 };
+
+// Work items each lane loads before computing: U x 16+ bytes in flight per lane.
+#define GEMV_PREFETCH 4
 
 template <typename D, int NMAX>
 __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
@@ -256,15 +295,24 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
 #pragma unroll
     for (int j = 0; j < NMAX; j++) acc[j] = 0.f;
     int items = nb * D::TPB;
-    // Unrolled by 4 so each lane has several independent 16-byte weight loads in flight.
-#pragma unroll 4
-    for (int it = lane; it < items; it += 32) {
-        int blk = it / D::TPB, part = it % D::TPB;
+    for (int it0 = lane; it0 < items; it0 += 32 * GEMV_PREFETCH) {
+        typename D::Raw raw[GEMV_PREFETCH];
 #pragma unroll
-        for (int j = 0; j < NMAX; j++) {
-            if (j < n) {
-                Q8Act a{xq + (size_t)j * cols, xd + (size_t)j * (cols / 32), xs + (size_t)j * (cols / 32)};
-                acc[j] += D::dot(row, aux, blk, part, a);
+        for (int u = 0; u < GEMV_PREFETCH; u++) {
+            int it = it0 + 32 * u;
+            if (it < items) raw[u] = D::load(row, aux, it / D::TPB, it % D::TPB);
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_PREFETCH; u++) {
+            int it = it0 + 32 * u;
+            if (it < items) {
+#pragma unroll
+                for (int j = 0; j < NMAX; j++) {
+                    if (j < n) {
+                        Q8Act a{xq + (size_t)j * cols, xd + (size_t)j * (cols / 32), xs + (size_t)j * (cols / 32)};
+                        acc[j] += D::dot(raw[u], it / D::TPB, it % D::TPB, a);
+                    }
+                }
             }
         }
     }

@@ -69,21 +69,30 @@ fn median(mut v: Vec<f32>) -> f64 {
     v[v.len() / 2] as f64
 }
 
-/// Times `f` with CUDA events: `warm` untimed calls, then `reps` timed ones; median ms.
+/// Times `f` with CUDA events: `warm` untimed calls, then `batches` batches of `per` calls
+/// between one event pair each (so host enqueue overhead overlaps device work, as in a real
+/// step); the median batch time over `per`, in ms.
 fn time_ms(be: &CudaBackend, warm: usize, reps: usize, mut f: impl FnMut(usize)) -> f64 {
     let ctx = be.stream().context().clone();
     for i in 0..warm {
         f(i);
     }
-    let mut times = Vec::with_capacity(reps);
-    for i in 0..reps {
-        let a = ctx.new_event(None).unwrap();
-        let b = ctx.new_event(None).unwrap();
+    let per = 10;
+    let batches = reps.div_ceil(per).max(3);
+    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut times = Vec::with_capacity(batches);
+    let mut k = warm;
+    for _ in 0..batches {
+        let a = ctx.new_event(timing).unwrap();
+        let b = ctx.new_event(timing).unwrap();
         a.record(be.stream()).unwrap();
-        f(warm + i);
+        for _ in 0..per {
+            f(k);
+            k += 1;
+        }
         b.record(be.stream()).unwrap();
         b.synchronize().unwrap();
-        times.push(a.elapsed_ms(&b).unwrap());
+        times.push(a.elapsed_ms(&b).unwrap() / per as f32);
     }
     median(times)
 }
@@ -186,6 +195,113 @@ fn bench_gemv_and_gemm() {
     }
     println!("\n==== summary: kernel microbenchmarks (median of events) ====");
     for l in rows_out {
+        println!("{l}");
+    }
+}
+
+#[path = "cuda_common/step.rs"]
+mod step;
+
+/// A whole synthetic decode step of the Llama-3-8B shape (32 layers, separate Q/K/V and gate/up
+/// GEMVs, f16 KV cache at position 128, greedy argmax), eager and as a CUDA graph replay.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_decode_step_8b() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let mut lines = Vec::new();
+    for (name, lf, of) in [
+        ("Q4_0", GgmlType::Q4_0, GgmlType::Q6_K),
+        ("Q4_K", GgmlType::Q4_K, GgmlType::Q6_K),
+        ("Q8_0", GgmlType::Q8_0, GgmlType::Q8_0),
+    ] {
+        let mut st = step::Step::new(&be, step::LLAMA3_8B, lf, of, 128);
+        let eager = time_ms(&be, 2, 10, |_| st.run(&be));
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let g = be.end_capture().unwrap();
+        let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
+        let gb = st.weight_bytes as f64 / 1e9;
+        let roof_ms = st.weight_bytes as f64 / (ROOF_TBPS * 1e12) * 1e3;
+        let line = format!(
+            "step 8B {name:4} (out {:4}) weights {gb:5.2} GB: eager {eager:6.2} ms ({:6.1} tok/s), graph {graph:6.2} ms ({:6.1} tok/s) = {:5.1}% of roofline {:.0} tok/s",
+            QuantFormat::Ggml(of).name(),
+            1e3 / eager,
+            1e3 / graph,
+            100.0 * roof_ms / graph,
+            1e3 / roof_ms
+        );
+        println!("{line}");
+        lines.push(line);
+    }
+    println!("\n==== summary: decode step ====");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
+/// Split-K decode attention: one query row per sequence over an f16 paged cache, 8B shape.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_attention_decode() {
+    use pocket_kernels::{AttentionMeta, AttentionParams};
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let (heads, kvh, hd, bs) = (32usize, 8usize, 128usize, 16usize);
+    let mut lines = Vec::new();
+    for &(seqs, ctx_len) in &[(1usize, 4096usize), (1, 32768), (16, 4096)] {
+        let blocks_per = ctx_len.div_ceil(bs);
+        let nblocks = blocks_per * seqs;
+        let kc = be.alloc(DType::F16, &[nblocks, bs, kvh, hd]).unwrap();
+        let vc = be.alloc(DType::F16, &[nblocks, bs, kvh, hd]).unwrap();
+        let tables: Vec<u32> = (0..nblocks as u32).collect();
+        let meta = AttentionMeta {
+            query_start: be
+                .upload_u32(&(0..=seqs as u32).collect::<Vec<_>>(), &[seqs + 1])
+                .unwrap(),
+            seq_lens: be.upload_u32(&vec![ctx_len as u32; seqs], &[seqs]).unwrap(),
+            block_tables: be.upload_u32(&tables, &[seqs, blocks_per]).unwrap(),
+            slot_mapping: be.upload_u32(&vec![0; seqs], &[seqs]).unwrap(),
+            num_seqs: seqs,
+            max_seq_len: ctx_len,
+        };
+        let p = AttentionParams {
+            num_heads: heads,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            scale: 0.088,
+            sliding_window: None,
+            softcap: None,
+        };
+        let q = be
+            .upload_f32(&vec![0.01; seqs * heads * hd], &[seqs, heads, hd])
+            .unwrap();
+        let mut out = be.alloc(DType::F32, &[seqs, heads, hd]).unwrap();
+        let ms = time_ms(&be, 3, 30, |_| {
+            be.attention(&q, &kc, &vc, &meta, &p, &mut out).unwrap()
+        });
+        let bytes = 2 * seqs * ctx_len * kvh * hd * 2;
+        let line = format!(
+            "attn decode f16 seqs={seqs:2} ctx={ctx_len:5}: {:8.1} us  {:6.3} TB/s of KV read",
+            ms * 1e3,
+            bytes as f64 / (ms * 1e-3) / 1e12
+        );
+        println!("{line}");
+        lines.push(line);
+    }
+    println!("\n==== summary: attention ====");
+    for l in lines {
         println!("{l}");
     }
 }

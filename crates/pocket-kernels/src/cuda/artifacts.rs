@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "c309354d694c28c2ca5b1ac0ae0e4a75673b6d26a9aad54d32c9eea787372610";
+    "d06a77577aec954a757c9c2ce7771f92dcfc66017a0abdd73d64b5a2b8ef6b45";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

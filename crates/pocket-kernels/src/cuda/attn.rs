@@ -101,17 +101,19 @@ pub(crate) fn kv_write(
 }
 
 /// How many key splits a launch of `rows x heads` blocks over `max_len` keys should use: enough
-/// blocks to fill the GPU twice, each split at least 256 keys long, at most 32 splits.
+/// blocks to fill the GPU twice, each split at least 32 keys (8 per warp), at most 64 splits.
+/// Each warp walks its keys one memory round trip at a time, so short splits are what hides
+/// latency when there are few query rows (decode).
 fn choose_splits(sm_count: u32, rows: usize, heads: usize, max_len: usize) -> usize {
     let blocks = rows * heads;
     let target = 2 * sm_count as usize;
-    if blocks >= target || max_len <= 256 {
+    if blocks >= target {
         return 1;
     }
     target
         .div_ceil(blocks)
-        .min(max_len.div_ceil(256))
-        .clamp(1, 32)
+        .min(max_len.div_ceil(32))
+        .clamp(1, 64)
 }
 
 pub(crate) fn attention(
