@@ -5,14 +5,7 @@
 
 use pocket_kernels::{AttentionMeta, AttentionParams, DType, Device, DeviceKind};
 
-fn meta(
-    d: &Device,
-    lens: &[usize],
-    new: &[usize],
-    bs: usize,
-    tables: &[u32],
-    mb: usize,
-) -> AttentionMeta {
+fn meta(d: &Device, lens: &[usize], new: &[usize], tables: &[u32], mb: usize) -> AttentionMeta {
     let mut qs = vec![0u32];
     for &n in new {
         qs.push(qs.last().unwrap() + n as u32);
@@ -80,12 +73,12 @@ fn split_k_decode_matches_cpu() {
                 let mut kc = d.alloc(dtype, &shape).unwrap();
                 let mut vc = d.alloc(dtype, &shape).unwrap();
                 let all: Vec<u32> = (0..(nblocks * bs) as u32).collect();
-                let mut fill = meta(d, &lens, &new, bs, &tables, mb);
+                let mut fill = meta(d, &lens, &new, &tables, mb);
                 fill.slot_mapping = d.upload_u32(&all, &[all.len()]).unwrap();
                 let kt = d.upload_f32(&kv, &[nblocks * bs, kvh, hd]).unwrap();
                 let vt = d.upload_f32(&vv, &[nblocks * bs, kvh, hd]).unwrap();
                 d.kv_write(&kt, &vt, &mut kc, &mut vc, &fill).unwrap();
-                let m = meta(d, &lens, &new, bs, &tables, mb);
+                let m = meta(d, &lens, &new, &tables, mb);
                 let qt = d.upload_f32(&q, &[nq, heads, hd]).unwrap();
                 let mut out = d.alloc(DType::F32, &[nq, heads, hd]).unwrap();
                 d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();

@@ -134,7 +134,7 @@ pub(crate) fn attention(
     if kvh != p.num_kv_heads
         || hd != p.head_dim
         || p.num_kv_heads == 0
-        || p.num_heads % p.num_kv_heads != 0
+        || !p.num_heads.is_multiple_of(p.num_kv_heads)
     {
         return Err(shape_err(
             OP,
@@ -149,7 +149,7 @@ pub(crate) fn attention(
         });
     }
     let row = p.num_heads * hd;
-    if q.numel() % row.max(1) != 0 || out.numel() != q.numel() {
+    if !q.numel().is_multiple_of(row.max(1)) || out.numel() != q.numel() {
         return Err(shape_err(
             OP,
             format!(

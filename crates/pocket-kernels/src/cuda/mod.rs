@@ -450,7 +450,7 @@ impl Backend for CudaBackend {
             device: self.name.clone(),
             what: format.to_string(),
         })?;
-        if cols % dev.block_elems() != 0 {
+        if !cols.is_multiple_of(dev.block_elems()) {
             return Err(KernelError::Unsupported {
                 op: OP,
                 device: self.name.clone(),

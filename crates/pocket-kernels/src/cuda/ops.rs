@@ -47,7 +47,7 @@ pub(crate) fn add_bias(be: &CudaBackend, x: &mut Tensor, bias: &Tensor) -> Resul
 /// Row length of a norm, checked against `x` and `out`.
 fn norm_shapes(op: &'static str, x: &Tensor, w: &Tensor, out: &Tensor) -> Result<usize> {
     let d = w.numel();
-    if d == 0 || x.numel() % d != 0 {
+    if d == 0 || !x.numel().is_multiple_of(d) {
         return Err(shape_err(
             op,
             format!("{} elements are not rows of {d}", x.numel()),
@@ -168,7 +168,7 @@ pub(crate) fn rope(
     }
     let (n, heads, hd) = (x.shape[0], x.shape[1], x.shape[2]);
     let rot = rope.config.rot_dim;
-    if rot == 0 || rot % 2 != 0 || rot > hd {
+    if rot == 0 || !rot.is_multiple_of(2) || rot > hd {
         return Err(shape_err(
             OP,
             format!("rot_dim {rot} does not fit head_dim {hd}"),
