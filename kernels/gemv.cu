@@ -341,3 +341,72 @@ DEF_GEMV_Q8(q4_1, DotQ4_1)
 DEF_GEMV_Q8(q8_0, DotQ8_0)
 DEF_GEMV_Q8(q4_k, DotQ4_K)
 DEF_GEMV_Q8(q6_k, DotQ6_K)
+
+// ---- fused variant: activation quantized per block into shared memory --------------------------
+// For one activation row (decode). Each block first quantizes x (cols floats, read from L2) into
+// shared memory, then its warps run the same dp4a dot over GEMVS_RPW rows each. This removes the
+// separate quantize_q8 launch and the global round trip of the quantized activation; the cost is
+// one L2 read of x per block, amortized over GEMVS_WARPS * GEMVS_RPW rows.
+#define GEMVS_WARPS 8
+#define GEMVS_RPW 2
+
+template <typename D>
+__device__ void gemv_q8s(const uint8_t* __restrict__ w, const float* __restrict__ x,
+                         float* __restrict__ out, int rows, int cols) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    int8_t* sq = (int8_t*)smem;
+    float* sd = (float*)(smem + cols);
+    float* ss = sd + cols / 32;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int b = warp; b < cols / 32; b += GEMVS_WARPS) {
+        float v = x[(size_t)b * 32 + lane];
+        float amax = warp_max(fabsf(v));
+        float d = amax / 127.f;
+        int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+        sq[b * 32 + lane] = (int8_t)q;
+        float sum = warp_sum((float)q);
+        if (lane == 0) {
+            sd[b] = d;
+            ss[b] = d * sum;
+        }
+    }
+    __syncthreads();
+    using F = typename D::Fmt;
+    int nb = cols / D::QK;
+    int items = nb * D::TPB;
+    Q8Act a{sq, sd, ss};
+#pragma unroll
+    for (int i = 0; i < GEMVS_RPW; i++) {
+        int r = (blockIdx.x * GEMVS_WARPS + warp) * GEMVS_RPW + i;
+        if (r >= rows) break;
+        const uint8_t *row, *aux;
+        row_ptrs<F>(w, rows, nb, r, row, aux);
+        float acc = 0.f;
+        for (int it0 = lane; it0 < items; it0 += 32 * GEMV_PREFETCH) {
+            typename D::Raw raw[GEMV_PREFETCH];
+#pragma unroll
+            for (int u = 0; u < GEMV_PREFETCH; u++) {
+                int it = it0 + 32 * u;
+                if (it < items) raw[u] = D::load(row, aux, it / D::TPB, it % D::TPB);
+            }
+#pragma unroll
+            for (int u = 0; u < GEMV_PREFETCH; u++) {
+                int it = it0 + 32 * u;
+                if (it < items) acc += D::dot(raw[u], it / D::TPB, it % D::TPB, a);
+            }
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) out[r] = acc;
+    }
+}
+
+#define DEF_GEMV_Q8S(name, D)                                                                  \
+    extern "C" __global__ void __launch_bounds__(256) gemv_q8s_##name(                        \
+        const uint8_t* w, const float* x, float* out, int rows, int cols) {                    \
+        gemv_q8s<D>(w, x, out, rows, cols);                                                    \
+    }
+DEF_GEMV_Q8S(q4_0, DotQ4_0)
+DEF_GEMV_Q8S(q4_1, DotQ4_1)
+DEF_GEMV_Q8S(q8_0, DotQ8_0)
+DEF_GEMV_Q8S(q4_k, DotQ4_K)
+DEF_GEMV_Q8S(q6_k, DotQ6_K)

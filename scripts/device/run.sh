@@ -37,6 +37,16 @@ for exe in "$BUNDLE"/bin/test-*; do
   if [ $rc -ne 0 ]; then grep -E "panicked|FAILED|failed|error" "$LOGS/$name.log" | head -n 30; fi
 done
 
+# The non-default fused decode GEMV (POCKET_GEMV=fused) through the same GEMV reference test.
+for exe in "$BUNDLE"/bin/test-*cuda_gemv*; do
+  [ -e "$exe" ] || continue
+  [ -n "$FILTER" ] && [[ "$(basename "$exe")" != *"$FILTER"* ]] && continue
+  POCKET_GEMV=fused "$exe" --nocapture >"$LOGS/cuda_gemv_fused.log" 2>&1
+  rc=$?; [ $rc -eq 0 ] && status=PASS || status=FAIL
+  res=$(grep -E "^test result:" "$LOGS/cuda_gemv_fused.log" | tail -n 1 | sed 's/test result: //; s/; finished.*//')
+  summary+=("$(printf '%-44s %-4s %4s   %s' "cuda_gemv (POCKET_GEMV=fused)" "$status" "" "$res")")
+done
+
 bench_lines=()
 for exe in "$BUNDLE"/bin/test-*cuda_bench*; do
   [ -e "$exe" ] || continue

@@ -146,19 +146,34 @@ fn bench_gemv_and_gemm() {
                 .collect();
             let xt = be.upload_f32(&x, &[1, cols]).unwrap();
             let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
-            let ms = time_ms(&be, 5, 60, |i| {
-                be.matmul(&xt, &ws[i % copies], &mut out).unwrap()
-            });
-            let tbps = wbytes as f64 / (ms * 1e-3) / 1e12;
-            let line = format!(
-                "gemv {:6} {rows:5}x{cols:5} n=1  {:8.1} us  {:6.3} TB/s  {:5.1}% of {ROOF_TBPS} TB/s",
-                f.name(),
-                ms * 1e3,
-                tbps,
-                100.0 * tbps / ROOF_TBPS
+            // Both decode GEMV variants where the format has a dp4a kernel: "fused" quantizes the
+            // activation inside the GEMV, "split" launches quantize_q8 first.
+            let dp4a = matches!(
+                t,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K
             );
-            println!("{line}");
-            rows_out.push(line);
+            let modes: &[(bool, &str)] = if dp4a {
+                &[(false, "split"), (true, "fused")]
+            } else {
+                &[(true, "")]
+            };
+            for &(fused, label) in modes {
+                be.set_fused_gemv(fused);
+                let ms = time_ms(&be, 5, 60, |i| {
+                    be.matmul(&xt, &ws[i % copies], &mut out).unwrap()
+                });
+                let tbps = wbytes as f64 / (ms * 1e-3) / 1e12;
+                let line = format!(
+                    "gemv {:6} {rows:5}x{cols:5} n=1 {label:5} {:8.1} us  {:6.3} TB/s  {:5.1}% of {ROOF_TBPS} TB/s",
+                    f.name(),
+                    ms * 1e3,
+                    tbps,
+                    100.0 * tbps / ROOF_TBPS
+                );
+                println!("{line}");
+                rows_out.push(line);
+            }
+            be.set_fused_gemv(false);
         }
     }
     // Prefill: 512 tokens through the dequantize-to-f16 + cuBLAS path.
@@ -221,24 +236,27 @@ fn bench_decode_step_8b() {
         ("Q8_0", GgmlType::Q8_0, GgmlType::Q8_0),
     ] {
         let mut st = step::Step::new(&be, step::LLAMA3_8B, lf, of, 128);
-        let eager = time_ms(&be, 2, 10, |_| st.run(&be));
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let g = be.end_capture().unwrap();
-        let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
-        let gb = st.weight_bytes as f64 / 1e9;
-        let roof_ms = st.weight_bytes as f64 / (ROOF_TBPS * 1e12) * 1e3;
-        let line = format!(
-            "step 8B {name:4} (out {:4}) weights {gb:5.2} GB: eager {eager:6.2} ms ({:6.1} tok/s), graph {graph:6.2} ms ({:6.1} tok/s) = {:5.1}% of roofline {:.0} tok/s",
-            QuantFormat::Ggml(of).name(),
-            1e3 / eager,
-            1e3 / graph,
-            100.0 * roof_ms / graph,
-            1e3 / roof_ms
-        );
-        println!("{line}");
-        lines.push(line);
+        for (fused, mode) in [(false, "split"), (true, "fused")] {
+            be.set_fused_gemv(fused);
+            let eager = time_ms(&be, 2, 10, |_| st.run(&be));
+            be.synchronize().unwrap();
+            be.begin_capture().unwrap();
+            st.run(&be);
+            let g = be.end_capture().unwrap();
+            let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
+            let gb = st.weight_bytes as f64 / 1e9;
+            let roof_ms = st.weight_bytes as f64 / (ROOF_TBPS * 1e12) * 1e3;
+            let line = format!(
+                "step 8B {name:4} (out {:4}) {mode:5} weights {gb:5.2} GB: eager {eager:6.2} ms ({:6.1} tok/s), graph {graph:6.2} ms ({:6.1} tok/s) = {:5.1}% of roofline {:.0} tok/s",
+                QuantFormat::Ggml(of).name(),
+                1e3 / eager,
+                1e3 / graph,
+                100.0 * roof_ms / graph,
+                1e3 / roof_ms
+            );
+            println!("{line}");
+            lines.push(line);
+        }
     }
     println!("\n==== summary: decode step ====");
     for l in lines {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "d06a77577aec954a757c9c2ce7771f92dcfc66017a0abdd73d64b5a2b8ef6b45";
+    "fe077caa8ee1a4be6a9c77fd2e16de777c6f926a80a2ebc5d4766d93ead69a71";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

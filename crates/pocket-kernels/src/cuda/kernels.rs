@@ -152,6 +152,8 @@ pub enum Kernel {
     DequantF16(DevFormat),
     GemvF(DevFormat, Rows),
     GemvQ8(Q8Gemv, Rows),
+    /// One activation row, quantized per block into shared memory (no separate quantize launch).
+    GemvQ8Fused(Q8Gemv),
 }
 
 macro_rules! fmt_table {
@@ -226,6 +228,16 @@ impl Kernel {
             Kernel::GemvF(f, Rows::UpTo8) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n8")),
             Kernel::GemvQ8(f, Rows::One) => (M::Gemv, q8_table!(f, "_n1")),
             Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "_n8")),
+            Kernel::GemvQ8Fused(f) => (
+                M::Gemv,
+                match f {
+                    Q8Gemv::Q4_0 => "gemv_q8s_q4_0",
+                    Q8Gemv::Q4_1 => "gemv_q8s_q4_1",
+                    Q8Gemv::Q8_0 => "gemv_q8s_q8_0",
+                    Q8Gemv::Q4_K => "gemv_q8s_q4_k",
+                    Q8Gemv::Q6_K => "gemv_q8s_q6_k",
+                },
+            ),
         }
     }
 }

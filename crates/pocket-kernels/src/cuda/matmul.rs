@@ -142,7 +142,18 @@ fn gemv(
     const OP: &str = "matmul";
     let variant = if m == 1 { Rows::One } else { Rows::UpTo8 };
     let grid = (rows.div_ceil(GEMV_WARPS) as u32, 1, 1);
+    // Rows of a fused block (8 warps x 2 rows, kernels/gemv.cu) and its shared activation bytes.
+    const FUSED_ROWS: usize = 16;
+    let smem = cols + 8 * (cols / 32);
     match f.q8_gemv() {
+        Some(q) if m == 1 && be.fused_gemv() && smem <= 48 * 1024 => be.launch_smem(
+            OP,
+            Kernel::GemvQ8Fused(q),
+            (rows.div_ceil(FUSED_ROWS) as u32, 1, 1),
+            256,
+            smem as u32,
+            args![w, x, out, rows as i32, cols as i32],
+        ),
         Some(q) => {
             // Quantize the activations once, then every weight row meets them in dp4a.
             let nblk = m * cols / 32;

@@ -82,6 +82,8 @@ pub struct CudaBackend {
     cc: (i32, i32),
     sm_count: u32,
     sync_each: bool,
+    /// Decode GEMV variant: activation quantized inside the GEMV (true) or by a separate launch.
+    fused_gemv: std::sync::atomic::AtomicBool,
 }
 
 impl CudaBackend {
@@ -132,6 +134,11 @@ impl CudaBackend {
             cc,
             sm_count,
             sync_each: std::env::var("POCKET_CUDA_SYNC").is_ok_and(|v| v == "1"),
+            // The fused variant measured slower on the H200 (docs/performance/cuda-kernels.md,
+            // run 5): off unless asked for.
+            fused_gemv: std::sync::atomic::AtomicBool::new(
+                std::env::var("POCKET_GEMV").is_ok_and(|v| v == "fused"),
+            ),
         })
     }
 
@@ -148,6 +155,18 @@ impl CudaBackend {
     /// Which embedded artifact the kernels were loaded from.
     pub fn artifact(&self) -> Artifact {
         self.kernels.artifact
+    }
+
+    /// Chooses the one-row decode GEMV: activation quantized inside each GEMV block (`true`;
+    /// `POCKET_GEMV=fused`) or by a separate quantize launch (`false`, the default: faster on the
+    /// H200).
+    pub fn set_fused_gemv(&self, fused: bool) {
+        self.fused_gemv
+            .store(fused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn fused_gemv(&self) -> bool {
+        self.fused_gemv.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Bytes held by the allocator's cache of freed blocks.
@@ -227,6 +246,19 @@ impl CudaBackend {
         block: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        self.launch_smem(op, k, grid, block, 0, params)
+    }
+
+    /// [`Self::launch`] with `smem` bytes of dynamic shared memory.
+    pub(crate) fn launch_smem(
+        &self,
+        op: &'static str,
+        k: Kernel,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(()); // nothing to do (empty batch)
         }
@@ -244,7 +276,7 @@ impl CudaBackend {
                 func.cu_function(),
                 grid,
                 (block, 1, 1),
-                0,
+                smem,
                 self.stream.cu_stream(),
                 params,
             )
