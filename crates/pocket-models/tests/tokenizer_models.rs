@@ -1,6 +1,8 @@
 //! The real checkpoints' own vocabularies against llama.cpp: the vector texts tokenized by the
-//! fetched model must give the ids llama.cpp gives. (SmolLM2's expected ids are to be written by
-//! scripts/tokenizer_vectors.py once a llama.cpp build is at hand; see docs/guides/tokenizers.md.)
+//! fetched model must give the ids llama.cpp gives. SmolLM2's expected ids
+//! (tests/data/tokenizer/smollm2-135m-instruct.out) were written by scripts/tokenizer_vectors.py
+//! with llama-cpp-python 0.3.36, which reproduces the shared qwen2 and llama-spm vector files
+//! byte for byte.
 
 use std::path::PathBuf;
 
@@ -44,6 +46,17 @@ fn check(alias: &str, expected: PathBuf) {
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn smollm2_matches_llama_cpp() {
+    if std::env::var("POCKET_TEST_REAL_FETCH").as_deref() != Ok("1") {
+        eprintln!("skipped: set POCKET_TEST_REAL_FETCH=1 to fetch SmolLM2 for real");
+        return;
+    }
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/tokenizer/smollm2-135m-instruct.out");
+    check("smollm2-135m-instruct", out);
 }
 
 #[test]
