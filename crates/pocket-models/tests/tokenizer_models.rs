@@ -67,8 +67,8 @@ fn qwen25_coder_matches_llama_cpp() {
         return;
     }
     // Its vocabulary is ggml-vocab-qwen2's (same merges, same pre-tokenizer `qwen2`, same ordinary
-    // tokens; only added tokens past id 151645 differ, and the texts contain none of them), so
-    // llama.cpp's ids for these texts are that file's.
+    // tokens; only added tokens past id 151645 differ, and the texts contain none of them), and
+    // llama.cpp gives exactly that file's ids for it (checked with scripts/tokenizer_vectors.py).
     let out = shared_dir().join("data/tokenizer-vectors/ggml-vocab-qwen2.gguf.out");
     check("qwen2.5-coder-0.5b-instruct", out);
 }
