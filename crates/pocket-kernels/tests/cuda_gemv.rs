@@ -191,3 +191,70 @@ fn gemv_matches_references_on_random_blocks() {
         failures.join("\n")
     );
 }
+
+/// Consecutive GEMVs over one input reuse its 8-bit quantization; any write to that input must
+/// force a new one. Each result is compared bit for bit with the same GEMV on a fresh upload of
+/// the same values (which always quantizes).
+#[test]
+fn reused_activation_quantization_tracks_writes() {
+    let dev = match Device::open(DeviceKind::Cuda(0)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut rng = Rng::new(77);
+    let d = 512;
+    let up = |t: GgmlType, rng: &mut Rng| {
+        let b = random_weight(t, d, d, rng);
+        dev.upload_weight(
+            QuantFormat::Ggml(t),
+            d,
+            d,
+            HostBytes::from_vec(b),
+            None,
+            None,
+        )
+        .unwrap()
+    };
+    let (w1, w2, wf) = (
+        up(GgmlType::Q4_0, &mut rng),
+        up(GgmlType::Q4_K, &mut rng),
+        up(GgmlType::F16, &mut rng),
+    );
+    let fresh = |x: &[f32], w: &pocket_kernels::Weight| {
+        let xt = dev.upload_f32(x, &[1, d]).unwrap();
+        let mut o = dev.alloc(DType::F32, &[1, d]).unwrap();
+        dev.matmul(&xt, w, &mut o).unwrap();
+        dev.read_f32(&o).unwrap()
+    };
+    let x0: Vec<f32> = (0..d).map(|_| rng.f32()).collect();
+    let mut x = dev.upload_f32(&x0, &[1, d]).unwrap();
+    let mut o1 = dev.alloc(DType::F32, &[1, d]).unwrap();
+    let mut o2 = dev.alloc(DType::F32, &[1, d]).unwrap();
+    dev.matmul(&x, &w1, &mut o1).unwrap();
+    dev.matmul(&x, &w2, &mut o2).unwrap(); // reuses x's quantization
+    assert_eq!(dev.read_f32(&o1).unwrap(), fresh(&x0, &w1));
+    assert_eq!(dev.read_f32(&o2).unwrap(), fresh(&x0, &w2));
+    // A host write to x.
+    let x1: Vec<f32> = (0..d).map(|_| rng.f32()).collect();
+    dev.matmul(&x, &w1, &mut o1).unwrap();
+    dev.write_f32(&mut x, &x1, &[1, d]).unwrap();
+    dev.matmul(&x, &w2, &mut o2).unwrap();
+    assert_eq!(dev.read_f32(&o2).unwrap(), fresh(&x1, &w2));
+    // A matmul (float path) that writes x.
+    dev.matmul(&x, &w1, &mut o1).unwrap();
+    let o1v = dev.read_f32(&o1).unwrap();
+    dev.matmul(&o1, &wf, &mut x).unwrap();
+    let xv = dev.read_f32(&x).unwrap();
+    dev.matmul(&x, &w2, &mut o2).unwrap();
+    assert_eq!(dev.read_f32(&o2).unwrap(), fresh(&xv, &w2));
+    assert_eq!(o1v, fresh(&x1, &w1));
+    // An elementwise op that writes x.
+    dev.matmul(&x, &w1, &mut o1).unwrap();
+    dev.add_assign(&mut x, &o2).unwrap();
+    let xv = dev.read_f32(&x).unwrap();
+    dev.matmul(&x, &w1, &mut o1).unwrap();
+    assert_eq!(dev.read_f32(&o1).unwrap(), fresh(&xv, &w1));
+}

@@ -24,6 +24,7 @@ pub struct StepGraph {
 impl CudaBackend {
     /// Starts recording every op launched on this device instead of running it.
     pub fn begin_capture(&self) -> Result<()> {
+        self.invalidate_q8();
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_err("begin_capture", e))
@@ -31,6 +32,7 @@ impl CudaBackend {
 
     /// Stops recording and instantiates the graph.
     pub fn end_capture(&self) -> Result<StepGraph> {
+        self.invalidate_q8();
         let g = self
             .stream
             .end_capture(sys::CUgraphInstantiate_flags(0))

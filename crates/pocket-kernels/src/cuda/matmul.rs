@@ -114,6 +114,15 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
     if n == 0 {
         return Ok(());
     }
+    // Every path writes `out`: if it holds the input of the cached quantization, forget it.
+    if let Ok(mut c) = be.q8_cache.lock() {
+        if let Some((cx, cm, cc)) = *c {
+            let (lo, hi) = (cx, cx + (cm * cc * 4) as u64);
+            if op < hi && lo < op + (n * rows * 4) as u64 {
+                *c = None;
+            }
+        }
+    }
     let float_weights = matches!(f, DevFormat::F32 | DevFormat::F16 | DevFormat::BF16);
     if n <= GEMV_MAX_ROWS || float_weights {
         for start in (0..n).step_by(GEMV_MAX_ROWS) {
@@ -155,25 +164,44 @@ fn gemv(
             args![w, x, out, rows as i32, cols as i32],
         ),
         Some(q) => {
-            // Quantize the activations once, then every weight row meets them in dp4a.
+            // Quantize the activations once, then every weight row meets them in dp4a. The
+            // quantization is reused by the next GEMV over the same input (see `q8_cache`).
             let nblk = m * cols / 32;
             let mut scratch = be
                 .scratch
                 .lock()
                 .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
-            let base = Scratch::get(&mut scratch.q8, &be.pool, m * cols + 8 * nblk)?;
+            let need = m * cols + 8 * nblk;
+            let grows = scratch.q8.as_ref().is_none_or(|s| s.len_bytes() < need);
+            let base = Scratch::get(&mut scratch.q8, &be.pool, need)?;
             let (xq, xd, xs) = (
                 base,
                 base + (m * cols) as u64,
                 base + (m * cols + 4 * nblk) as u64,
             );
-            be.launch(
-                OP,
-                Kernel::QuantizeQ8,
-                (nblk.div_ceil(8) as u32, 1, 1),
-                256,
-                args![x, xq, xd, xs, nblk as i32],
-            )?;
+            let mut cache = be
+                .q8_cache
+                .lock()
+                .map_err(|_| shape_err(OP, "q8 cache lock poisoned"))?;
+            if grows || *cache != Some((x, m, cols)) {
+                be.launch(
+                    OP,
+                    Kernel::QuantizeQ8,
+                    (nblk.div_ceil(8) as u32, 1, 1),
+                    256,
+                    args![x, xq, xd, xs, nblk as i32],
+                )?;
+                *cache = Some((x, m, cols));
+            }
+            // This GEMV's output must not be the cached input (it is about to change).
+            if let Some((cx, cm, cc)) = *cache {
+                let (lo, hi) = (cx, cx + (cm * cc * 4) as u64);
+                let (olo, ohi) = (out, out + (m * rows * 4) as u64);
+                if olo < hi && lo < ohi {
+                    *cache = None;
+                }
+            }
+            drop(cache);
             be.launch(
                 OP,
                 Kernel::GemvQ8(q, variant),

@@ -84,6 +84,11 @@ pub struct CudaBackend {
     sync_each: bool,
     /// Decode GEMV variant: activation quantized inside the GEMV (true) or by a separate launch.
     fused_gemv: std::sync::atomic::AtomicBool,
+    /// The activation rows (device address, rows, columns) whose 8-bit quantization is in the q8
+    /// scratch: consecutive GEMVs over one input (Q, K and V; gate and up) quantize it once.
+    /// Every op other than `matmul` clears it, since any of them may write that input or
+    /// allocate over its freed block.
+    q8_cache: Mutex<Option<(u64, usize, usize)>>,
 }
 
 impl CudaBackend {
@@ -136,6 +141,7 @@ impl CudaBackend {
             sync_each: std::env::var("POCKET_CUDA_SYNC").is_ok_and(|v| v == "1"),
             // The fused variant measured slower on the H200 (docs/performance/cuda-kernels.md,
             // run 5): off unless asked for.
+            q8_cache: Mutex::new(None),
             fused_gemv: std::sync::atomic::AtomicBool::new(
                 std::env::var("POCKET_GEMV").is_ok_and(|v| v == "fused"),
             ),
@@ -163,6 +169,13 @@ impl CudaBackend {
     pub fn set_fused_gemv(&self, fused: bool) {
         self.fused_gemv
             .store(fused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forgets the cached activation quantization (see `q8_cache`).
+    pub(crate) fn invalidate_q8(&self) {
+        if let Ok(mut c) = self.q8_cache.lock() {
+            *c = None;
+        }
     }
 
     pub(crate) fn fused_gemv(&self) -> bool {
@@ -361,6 +374,7 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        self.invalidate_q8();
         let n = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -374,6 +388,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload_f32(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        self.invalidate_q8();
         if data.len() != shape.iter().product::<usize>() {
             return Err(shape_err(
                 "upload_f32",
@@ -388,6 +403,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
+        self.invalidate_q8();
         if data.len() != shape.iter().product::<usize>() {
             return Err(shape_err(
                 "upload_u32",
@@ -404,6 +420,7 @@ impl Backend for CudaBackend {
     }
 
     fn write_u32(&self, dst: &mut Tensor, data: &[u32], shape: &[usize]) -> Result<()> {
+        self.invalidate_q8();
         self.write_host("write_u32", dst, as_bytes(data), DType::U32, shape)?;
         if let Storage::Cuda(c) = &mut dst.storage {
             c.shadow = Some(data.to_vec());
@@ -412,6 +429,7 @@ impl Backend for CudaBackend {
     }
 
     fn write_f32(&self, dst: &mut Tensor, data: &[f32], shape: &[usize]) -> Result<()> {
+        self.invalidate_q8();
         self.write_host("write_f32", dst, as_bytes(data), DType::F32, shape)
     }
 
@@ -455,6 +473,7 @@ impl Backend for CudaBackend {
         scales: Option<HostBytes>,
         tensor_scale: Option<f32>,
     ) -> Result<Weight> {
+        self.invalidate_q8();
         const OP: &str = "upload_weight";
         let row_bytes = format.row_bytes(cols)?;
         let want = row_bytes
@@ -527,6 +546,7 @@ impl Backend for CudaBackend {
     }
 
     fn embedding(&self, table: &Weight, ids: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
         matmul::embedding(self, table, ids, out)
     }
 
@@ -535,10 +555,12 @@ impl Backend for CudaBackend {
     }
 
     fn add_bias(&self, x: &mut Tensor, bias: &Tensor) -> Result<()> {
+        self.invalidate_q8();
         ops::add_bias(self, x, bias)
     }
 
     fn rms_norm(&self, x: &Tensor, weight: &Tensor, eps: f32, out: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
         ops::rms_norm(self, x, weight, eps, out)
     }
 
@@ -550,18 +572,22 @@ impl Backend for CudaBackend {
         eps: f32,
         out: &mut Tensor,
     ) -> Result<()> {
+        self.invalidate_q8();
         ops::add_rms_norm(self, residual, delta, weight, eps, out)
     }
 
     fn add_assign(&self, x: &mut Tensor, y: &Tensor) -> Result<()> {
+        self.invalidate_q8();
         ops::add_assign(self, x, y)
     }
 
     fn rope(&self, x: &mut Tensor, positions: &Tensor, rope: &DeviceRope) -> Result<()> {
+        self.invalidate_q8();
         ops::rope(self, x, positions, rope)
     }
 
     fn silu_mul(&self, gate: &Tensor, up: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
         ops::silu_mul(self, gate, up, out)
     }
 
@@ -573,6 +599,7 @@ impl Backend for CudaBackend {
         v_cache: &mut Tensor,
         meta: &AttentionMeta,
     ) -> Result<()> {
+        self.invalidate_q8();
         attn::kv_write(self, k, v, k_cache, v_cache, meta)
     }
 
@@ -585,14 +612,17 @@ impl Backend for CudaBackend {
         params: &AttentionParams,
         out: &mut Tensor,
     ) -> Result<()> {
+        self.invalidate_q8();
         attn::attention(self, q, k_cache, v_cache, meta, params, out)
     }
 
     fn argmax(&self, logits: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
         ops::argmax(self, logits, out)
     }
 
     fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
         ops::gather_rows(self, src, src_rows, out)
     }
 }
