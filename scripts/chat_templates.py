@@ -168,7 +168,9 @@ def render(template, conv, add_generation_prompt):
 
 def main():
     probes = [LOCAL / "python-compat.jinja", LOCAL / "python-compat-2.jinja"]
-    files = sorted(TEMPLATES.glob("*.jinja")) + probes
+    # the chat templates inside the GGUFs the model store fetches, extracted as they are
+    from_gguf = sorted(LOCAL.glob("gguf-*.jinja"))
+    files = sorted(TEMPLATES.glob("*.jinja")) + from_gguf + probes
     if not files[: -len(probes)]:
         sys.exit(f"no templates in {TEMPLATES}")
     cases = []

@@ -29,7 +29,7 @@ const FIXED_NOW: DateTime = DateTime {
 };
 
 fn template_source(name: &str) -> String {
-    let p = if name.starts_with("python-compat") {
+    let p = if name.starts_with("python-compat") || name.starts_with("gguf-") {
         data_dir().join(name)
     } else {
         shared_dir().join("data/chat-templates").join(name)
