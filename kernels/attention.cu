@@ -147,3 +147,180 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, cons
         out[rh * head_dim + d] = L > 0.f ? o / L : 0.f;
     }
 }
+
+// ---- decode: one query row per sequence, lanes over keys, one pass over each KV head ----------
+// Grid (sequences, kv heads, splits); 128 threads. The block serves all G query heads of its KV
+// head, so each K and V row is read once for the whole GQA group. Threads form groups of
+// TPK = head_dim / 8 lanes; a group owns one key at a time and each lane holds 8 of its dims
+// (16-byte loads of f16/bf16 rows, 256 contiguous bytes per key at head_dim 128). A group walks
+// keys grp, grp + KG, ... (KG = 128 / TPK groups), ATD_UNROLL keys per iteration with their K and
+// V loads issued together, and keeps its own online softmax per query head. The groups merge in
+// shared memory at the end; splits > 1 write the same partials as `attention` for attn_combine.
+// Needs head_dim in {8, 16, 32, 64, 128, 256}, G <= GM and 16-byte aligned cache rows.
+#define ATD_THREADS 128
+#define ATD_UNROLL 4
+
+template <typename T> struct Kv8;
+template <> struct Kv8<__half> {
+    uint4 r;
+    DEVI void load(const __half* p) { r = __ldg((const uint4*)p); }
+    DEVI void get(float* o) const {
+        uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            o[2 * i] = h2f(w[i] & 0xffff);
+            o[2 * i + 1] = h2f(w[i] >> 16);
+        }
+    }
+};
+template <> struct Kv8<__nv_bfloat16> {
+    uint4 r;
+    DEVI void load(const __nv_bfloat16* p) { r = __ldg((const uint4*)p); }
+    DEVI void get(float* o) const {
+        uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            o[2 * i] = bf2f(w[i] & 0xffff);
+            o[2 * i + 1] = bf2f(w[i] >> 16);
+        }
+    }
+};
+template <> struct Kv8<float> {
+    float4 a, b;
+    DEVI void load(const float* p) {
+        a = __ldg((const float4*)p);
+        b = __ldg((const float4*)p + 1);
+    }
+    DEVI void get(float* o) const {
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+        o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+    }
+};
+
+template <typename T, int GM>
+__device__ void attn_decode(const AttnArgs& a) {
+    int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    int tid = threadIdx.x;
+    int G = a.heads / a.kv_heads;
+    int tpk = a.head_dim / 8, kg = ATD_THREADS / tpk;
+    int grp = tid / tpk, dl = tid % tpk;
+    int pos = (int)a.seq_lens[s] - 1;
+    int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    int nkeys = pos - k_lo + 1;
+    int per = (nkeys + a.splits - 1) / a.splits;
+    int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
+
+    float q[GM][8], acc[GM][8], m[GM], l[GM];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        const float* qp = a.q + ((size_t)s * a.heads + kvh * G + min(g, G - 1)) * a.head_dim + 8 * dl;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            q[g][i] = g < G ? qp[i] * a.scale : 0.f;
+            acc[g][i] = 0.f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+    }
+    const T* kc = (const T*)a.k_cache;
+    const T* vc = (const T*)a.v_cache;
+    const uint32_t* bt = a.block_tables + (size_t)s * a.max_blocks;
+    size_t kv_stride = (size_t)a.kv_heads * a.head_dim;
+    size_t col = (size_t)kvh * a.head_dim + 8 * dl;
+    // Every thread runs the same trip count, so the group shuffles below see all lanes.
+    for (int base = k_begin; base < k_end; base += kg * ATD_UNROLL) {
+        Kv8<T> kr[ATD_UNROLL], vr[ATD_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ATD_UNROLL; u++) {
+            int j = base + grp + kg * u;
+            if (j < k_end) {
+                size_t slot = (size_t)bt[j / a.block_size] * a.block_size + (j % a.block_size);
+                kr[u].load(kc + slot * kv_stride + col);
+                vr[u].load(vc + slot * kv_stride + col);
+            }
+        }
+        float sc[ATD_UNROLL][GM];
+#pragma unroll
+        for (int u = 0; u < ATD_UNROLL; u++) {
+            int j = base + grp + kg * u;
+            float kf[8];
+            kr[u].get(kf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) d += q[g][i] * kf[i];
+                for (int o = tpk / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                if (a.softcap > 0.f) d = a.softcap * tanhf(d / a.softcap);
+                sc[u][g] = j < k_end ? d : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < ATD_UNROLL; u++) mx = fmaxf(mx, sc[u][g]);
+            if (mx == -INFINITY) continue;  // no key of this group yet
+            float corr = m[g] == -INFINITY ? 0.f : __expf(m[g] - mx);
+            l[g] *= corr;
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[g][i] *= corr;
+#pragma unroll
+            for (int u = 0; u < ATD_UNROLL; u++) {
+                if (sc[u][g] == -INFINITY) continue;
+                float p = __expf(sc[u][g] - mx);
+                float vf[8];
+                vr[u].get(vf);
+                l[g] += p;
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[g][i] += p * vf[i];
+            }
+            m[g] = mx;
+        }
+    }
+    // Merge the KG groups: [group][head] maxima and sums, [group][head][dim] accumulators.
+    __shared__ float sm[ATD_THREADS][GM], sl[ATD_THREADS][GM];
+    __shared__ float sacc[ATD_THREADS * 8 * GM];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (dl == 0) {
+            sm[grp][g] = m[g];
+            sl[grp][g] = l[g];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) sacc[((size_t)grp * GM + g) * a.head_dim + 8 * dl + i] = acc[g][i];
+    }
+    __syncthreads();
+    for (int idx = tid; idx < G * a.head_dim; idx += ATD_THREADS) {
+        int g = idx / a.head_dim, d = idx % a.head_dim;
+        float M = -INFINITY;
+        for (int k = 0; k < kg; k++) M = fmaxf(M, sm[k][g]);
+        float L = 0.f, o = 0.f;
+        for (int k = 0; k < kg; k++) {
+            float w = sm[k][g] == -INFINITY ? 0.f : __expf(sm[k][g] - M);
+            L += sl[k][g] * w;
+            o += sacc[((size_t)k * GM + g) * a.head_dim + d] * w;
+        }
+        size_t rh = (size_t)s * a.heads + kvh * G + g;
+        if (a.splits == 1) {
+            a.out[rh * a.head_dim + d] = L > 0.f ? o / L : 0.f;
+        } else {
+            a.part_acc[(rh * a.splits + split) * a.head_dim + d] = o;
+            if (d == 0) {
+                a.part_ml[(rh * a.splits + split) * 2] = M;
+                a.part_ml[(rh * a.splits + split) * 2 + 1] = L;
+            }
+        }
+    }
+}
+
+#define DEF_ATTN_DECODE(name, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g4(AttnArgs a) {  \
+        attn_decode<T, 4>(a);                                                                      \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g8(AttnArgs a) {  \
+        attn_decode<T, 8>(a);                                                                      \
+    }
+DEF_ATTN_DECODE(f32, float)
+DEF_ATTN_DECODE(f16, __half)
+DEF_ATTN_DECODE(bf16, __nv_bfloat16)

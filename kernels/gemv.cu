@@ -9,8 +9,13 @@
 //    the critical path and the loop is bound by weight bytes. Formats with a repacked layout
 //    (Q4_0, Q8_0) get 16-byte weight loads.
 //
-// Launch: block = 128 threads = 4 warps, one warp per weight row; grid.x = ceil(rows / 4).
+//  * gemv_q8r_<fmt>: the n = 1 default, the same work items with 4 rows per 128-thread block and
+//    the columns split over the whole block (see below).
+//
+// Launch (gemv_f, gemv_q8): block = 128 threads = 4 warps, one warp per weight row;
+// grid.x = ceil(rows / 4).
 #include "common.cuh"
+#include "dot_q8.cuh"
 
 #define GEMV_MAX_N 8
 #define GEMV_WARPS 4
@@ -92,23 +97,6 @@ extern "C" __global__ void quantize_q8(const float* __restrict__ x, int8_t* __re
 
 // ---- dp4a GEMV ----------------------------------------------------------------------------------
 
-DEVI int dp4a(int a, int b, int c) {
-#if __CUDA_ARCH__ >= 610
-    return __dp4a(a, b, c);
-#else
-    const int8_t* pa = (const int8_t*)&a;
-    const int8_t* pb = (const int8_t*)&b;
-    return c + pa[0] * pb[0] + pa[1] * pb[1] + pa[2] * pb[2] + pa[3] * pb[3];
-#endif
-}
-
-// Activation view for one row j: int8 quants, per-32 scale and scaled sum.
-struct Q8Act {
-    const int8_t* q;
-    const float* d;
-    const float* s;
-};
-
 // Each format: TPB (threads per block of weights), a `Raw` register image of one work item's
 // weight bytes, `load(row, aux, blk, part)` that issues its global loads, and `dot(raw, blk, part,
 // act)` over the part's elements. Loading is split from arithmetic so the GEMV loop can put
@@ -117,7 +105,7 @@ struct Q8Act {
 
 struct DotQ4_0 {  // repacked: 16 quant bytes per block + f16 scales apart
     using Fmt = FmtQ4_0;
-    static constexpr int QK = 32, TPB = 1;
+    static constexpr int QK = 32, TPB = 1, PF = 2;
     struct Raw { uint4 q; uint16_t d; };
     DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int) {
         return Raw{__ldg((const uint4*)(row + (size_t)blk * 16)), __ldg(((const uint16_t*)aux) + blk)};
@@ -140,7 +128,7 @@ struct DotQ4_0 {  // repacked: 16 quant bytes per block + f16 scales apart
 
 struct DotQ8_0 {  // repacked: 32 quant bytes per block; two threads per block
     using Fmt = FmtQ8_0;
-    static constexpr int QK = 32, TPB = 2;
+    static constexpr int QK = 32, TPB = 2, PF = 2;
     struct Raw { int4 q; uint16_t d; };
     DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int part) {
         return Raw{__ldg((const int4*)(row + (size_t)blk * 32 + part * 16)), __ldg(((const uint16_t*)aux) + blk)};
@@ -157,7 +145,7 @@ struct DotQ8_0 {  // repacked: 32 quant bytes per block; two threads per block
 
 struct DotQ4_1 {  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
     using Fmt = FmtQ4_1;
-    static constexpr int QK = 32, TPB = 1;
+    static constexpr int QK = 32, TPB = 1, PF = 2;
     struct Raw { uint32_t dm, w[4]; };
     DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int) {
         const uint32_t* b = (const uint32_t*)(row + (size_t)blk * 20);
@@ -178,19 +166,12 @@ struct DotQ4_1 {  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
     }
 };
 
-// Byte j (< 12) of the three words holding a K-quant's packed scales, without indexing an array
-// (a run-time index into registers would spill to local memory).
-DEVI int kbyte(uint32_t y, uint32_t z, uint32_t w, int j) {
-    uint32_t word = j < 4 ? y : (j < 8 ? z : w);
-    return (word >> (8 * (j & 3))) & 0xff;
-}
-
 // Q4_K: 8 threads per 144-byte super-block (16-byte aligned). Thread p reads the 16-byte header
 // (d, dmin, scales) and qs bytes [16p, 16p+16): low nibbles belong to sub-block 2*(p/2), high
 // nibbles to 2*(p/2)+1, each 16 elements at offset 16*(p%2).
 struct DotQ4_K {
     using Fmt = FmtQ4_K;
-    static constexpr int QK = 256, TPB = 8;
+    static constexpr int QK = 256, TPB = 8, PF = 1;
     struct Raw { uint4 hdr, q; };
     DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
         const uint8_t* b = row + (size_t)blk * 144;
@@ -235,7 +216,7 @@ struct DotQ4_K {
 // The block is only 2-byte aligned, so quants are read as 16-bit halves.
 struct DotQ6_K {
     using Fmt = FmtQ6_K;
-    static constexpr int QK = 256, TPB = 8;
+    static constexpr int QK = 256, TPB = 8, PF = 1;
     struct Raw { uint32_t l[8], h[8]; uint16_t d, sc; };
     DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
         const uint8_t* b = row + (size_t)blk * 210;
@@ -336,11 +317,86 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
         int rows, int cols, int n) {                                                           \
         gemv_q8<D, 8>(w, xq, xd, xs, out, rows, cols, n);                                      \
     }
-DEF_GEMV_Q8(q4_0, DotQ4_0)
-DEF_GEMV_Q8(q4_1, DotQ4_1)
-DEF_GEMV_Q8(q8_0, DotQ8_0)
-DEF_GEMV_Q8(q4_k, DotQ4_K)
-DEF_GEMV_Q8(q6_k, DotQ6_K)
+// X-macro over every format with a dp4a work item: (suffix, struct).
+#define FOR_EACH_Q8(X) \
+    X(q4_0, DotQ4_0)   \
+    X(q4_1, DotQ4_1)   \
+    X(q5_0, DotQ5_0)   \
+    X(q5_1, DotQ5_1)   \
+    X(q8_0, DotQ8_0)   \
+    X(iq4_nl, DotIQ4_NL) \
+    X(q4_k, DotQ4_K)   \
+    X(q5_k, DotQ5_K)   \
+    X(q6_k, DotQ6_K)   \
+    X(iq4_xs, DotIQ4_XS)
+FOR_EACH_Q8(DEF_GEMV_Q8)
+
+// ---- several rows per block, K split over the block (the n = 1 default) ------------------------
+// Block = GEMVR_THREADS threads over GEMVR_ROWS weight rows. Every thread takes work items
+// tid, tid + GEMVR_THREADS, ... of all the block's rows, so the activation it loads serves
+// GEMVR_ROWS rows (a quarter of the L2 traffic of a warp per row), each warp's loads of one row
+// are 512 contiguous bytes, and each thread has GEMVR_ROWS x PF independent loads in flight. Warp
+// sums meet in shared memory. A 4096-column row is one loop pass; the grid is rows / 4 blocks.
+#define GEMVR_THREADS 128
+#define GEMVR_ROWS 4
+
+template <typename D>
+__device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
+                         const float* __restrict__ xd, const float* __restrict__ xs,
+                         float* __restrict__ out, int rows, int cols) {
+    using F = typename D::Fmt;
+    constexpr int R = GEMVR_ROWS, PF = D::PF;
+    __shared__ float part[GEMVR_THREADS / 32][R];
+    int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int r0 = blockIdx.x * R;
+    int nb = cols / D::QK, items = nb * D::TPB;
+    const uint8_t *row[R], *aux[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) row_ptrs<F>(w, rows, nb, min(r0 + i, rows - 1), row[i], aux[i]);
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.f;
+    Q8Act a{xq, xd, xs};
+    for (int it0 = tid; it0 < items; it0 += GEMVR_THREADS * PF) {
+        typename D::Raw raw[PF][R];
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            int it = it0 + GEMVR_THREADS * u;
+            if (it < items) {
+#pragma unroll
+                for (int i = 0; i < R; i++) raw[u][i] = D::load(row[i], aux[i], it / D::TPB, it % D::TPB);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            int it = it0 + GEMVR_THREADS * u;
+            if (it < items) {
+#pragma unroll
+                for (int i = 0; i < R; i++) acc[i] += D::dot(raw[u][i], it / D::TPB, it % D::TPB, a);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float s = warp_sum(acc[i]);
+        if (lane == 0) part[warp][i] = s;
+    }
+    __syncthreads();
+    if (tid < R && r0 + tid < rows) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < GEMVR_THREADS / 32; k++) s += part[k][tid];
+        out[r0 + tid] = s;
+    }
+}
+
+#define DEF_GEMV_Q8R(name, D)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS) gemv_q8r_##name(              \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols) {                                                                  \
+        gemv_q8r<D>(w, xq, xd, xs, out, rows, cols);                                           \
+    }
+FOR_EACH_Q8(DEF_GEMV_Q8R)
 
 // ---- fused variant: activation quantized per block into shared memory --------------------------
 // For one activation row (decode). Each block first quantizes x (cols floats, read from L2) into
@@ -405,8 +461,4 @@ __device__ void gemv_q8s(const uint8_t* __restrict__ w, const float* __restrict_
         const uint8_t* w, const float* x, float* out, int rows, int cols) {                    \
         gemv_q8s<D>(w, x, out, rows, cols);                                                    \
     }
-DEF_GEMV_Q8S(q4_0, DotQ4_0)
-DEF_GEMV_Q8S(q4_1, DotQ4_1)
-DEF_GEMV_Q8S(q8_0, DotQ8_0)
-DEF_GEMV_Q8S(q4_k, DotQ4_K)
-DEF_GEMV_Q8S(q6_k, DotQ6_K)
+FOR_EACH_Q8(DEF_GEMV_Q8S)

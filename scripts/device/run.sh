@@ -37,14 +37,27 @@ for exe in "$BUNDLE"/bin/test-*; do
   if [ $rc -ne 0 ]; then grep -E "panicked|FAILED|failed|error" "$LOGS/$name.log" | head -n 30; fi
 done
 
-# The non-default fused decode GEMV (POCKET_GEMV=fused) through the same GEMV reference test.
-for exe in "$BUNDLE"/bin/test-*cuda_gemv*; do
+# The generic attention kernel in decode too (POCKET_ATTN=generic), through the attention test.
+for exe in "$BUNDLE"/bin/test-*cuda_attention*; do
   [ -e "$exe" ] || continue
   [ -n "$FILTER" ] && [[ "$(basename "$exe")" != *"$FILTER"* ]] && continue
-  POCKET_GEMV=fused "$exe" --nocapture >"$LOGS/cuda_gemv_fused.log" 2>&1
+  POCKET_ATTN=generic "$exe" --nocapture >"$LOGS/cuda_attention_generic.log" 2>&1
   rc=$?; [ $rc -eq 0 ] && status=PASS || status=FAIL
-  res=$(grep -E "^test result:" "$LOGS/cuda_gemv_fused.log" | tail -n 1 | sed 's/test result: //; s/; finished.*//')
-  summary+=("$(printf '%-44s %-4s %4s   %s' "cuda_gemv (POCKET_GEMV=fused)" "$status" "" "$res")")
+  res=$(grep -E "^test result:" "$LOGS/cuda_attention_generic.log" | tail -n 1 | sed 's/test result: //; s/; finished.*//')
+  summary+=("$(printf '%-44s %-4s %4s   %s' "cuda_attention (POCKET_ATTN=generic)" "$status" "" "$res")")
+done
+
+# The non-default decode GEMVs (POCKET_GEMV=fused: quantize inside the GEMV; POCKET_GEMV=warp:
+# a warp per weight row) through the same GEMV reference test.
+for variant in fused warp; do
+  for exe in "$BUNDLE"/bin/test-*cuda_gemv*; do
+    [ -e "$exe" ] || continue
+    [ -n "$FILTER" ] && [[ "$(basename "$exe")" != *"$FILTER"* ]] && continue
+    POCKET_GEMV=$variant "$exe" --nocapture >"$LOGS/cuda_gemv_$variant.log" 2>&1
+    rc=$?; [ $rc -eq 0 ] && status=PASS || status=FAIL
+    res=$(grep -E "^test result:" "$LOGS/cuda_gemv_$variant.log" | tail -n 1 | sed 's/test result: //; s/; finished.*//')
+    summary+=("$(printf '%-44s %-4s %4s   %s' "cuda_gemv (POCKET_GEMV=$variant)" "$status" "" "$res")")
+  done
 done
 
 bench_lines=()

@@ -35,7 +35,7 @@ fn split_k_decode_matches_cpu() {
         }
     };
     let cpu = Device::cpu();
-    let (heads, kvh, hd, bs) = (32usize, 8usize, 128usize, 16usize);
+    let bs = 16usize;
     let mut seed = 0x1234_5678_9abc_def1u64;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -43,57 +43,74 @@ fn split_k_decode_matches_cpu() {
         seed ^= seed << 17;
         ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     };
-    for dtype in [DType::F16, DType::BF16, DType::F32] {
-        for (lens, new, window) in [
-            (vec![1000usize, 37, 300], vec![1usize, 1, 1], None),
-            (vec![2049], vec![1], None),
-            (vec![700, 5], vec![1, 1], Some(100usize)),
-            (vec![400], vec![3], None),
-        ] {
-            let mb = lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
-            let nblocks = mb * lens.len();
-            // Blocks in reverse order, so table lookups matter.
-            let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
-            let row = kvh * hd;
-            let kv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
-            let vv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
-            let nq: usize = new.iter().sum();
-            let q: Vec<f32> = (0..nq * heads * hd).map(|_| rnd()).collect();
-            let p = AttentionParams {
-                num_heads: heads,
-                num_kv_heads: kvh,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
-                sliding_window: window,
-                softcap: None,
-            };
-            let mut outs = Vec::new();
-            for d in [&cpu, &gpu] {
-                let shape = [nblocks, bs, kvh, hd];
-                let mut kc = d.alloc(dtype, &shape).unwrap();
-                let mut vc = d.alloc(dtype, &shape).unwrap();
-                let all: Vec<u32> = (0..(nblocks * bs) as u32).collect();
-                let mut fill = meta(d, &lens, &new, &tables, mb);
-                fill.slot_mapping = d.upload_u32(&all, &[all.len()]).unwrap();
-                let kt = d.upload_f32(&kv, &[nblocks * bs, kvh, hd]).unwrap();
-                let vt = d.upload_f32(&vv, &[nblocks * bs, kvh, hd]).unwrap();
-                d.kv_write(&kt, &vt, &mut kc, &mut vc, &fill).unwrap();
-                let m = meta(d, &lens, &new, &tables, mb);
-                let qt = d.upload_f32(&q, &[nq, heads, hd]).unwrap();
-                let mut out = d.alloc(DType::F32, &[nq, heads, hd]).unwrap();
-                d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();
-                outs.push(d.read_f32(&out).unwrap());
-            }
-            let mut worst = 0.0f32;
-            for (i, (c, g)) in outs[0].iter().zip(&outs[1]).enumerate() {
-                let err = (c - g).abs();
-                assert!(
+    // (heads, kv_heads, head_dim, softcap): GQA groups of 4 and 8 (the decode kernel's two
+    // variants), 7 (a partial group), 1 with head_dim 256, and head_dim 96 (the generic kernel).
+    let configs = [
+        (32usize, 8usize, 128usize, None),
+        (16, 2, 64, None),
+        (14, 2, 64, Some(30.0f32)),
+        (4, 4, 256, None),
+        (8, 2, 96, None),
+    ];
+    for (heads, kvh, hd, softcap) in configs {
+        for dtype in [DType::F16, DType::BF16, DType::F32] {
+            for (lens, new, window) in [
+                (vec![1000usize, 37, 300], vec![1usize, 1, 1], None),
+                (vec![2049], vec![1], None),
+                (vec![700, 5], vec![1, 1], Some(100usize)),
+                (vec![400], vec![3], None),
+                (vec![1], vec![1], None),
+            ] {
+                let mb = lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
+                let nblocks = mb * lens.len();
+                // Blocks in reverse order, so table lookups matter.
+                let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
+                let row = kvh * hd;
+                let kv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
+                let vv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
+                let nq: usize = new.iter().sum();
+                let q: Vec<f32> = (0..nq * heads * hd).map(|_| rnd()).collect();
+                let p = AttentionParams {
+                    num_heads: heads,
+                    num_kv_heads: kvh,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    sliding_window: window,
+                    softcap,
+                };
+                let mut outs = Vec::new();
+                for d in [&cpu, &gpu] {
+                    let shape = [nblocks, bs, kvh, hd];
+                    let mut kc = d.alloc(dtype, &shape).unwrap();
+                    let mut vc = d.alloc(dtype, &shape).unwrap();
+                    let all: Vec<u32> = (0..(nblocks * bs) as u32).collect();
+                    let mut fill = meta(d, &lens, &new, &tables, mb);
+                    fill.slot_mapping = d.upload_u32(&all, &[all.len()]).unwrap();
+                    let kt = d.upload_f32(&kv, &[nblocks * bs, kvh, hd]).unwrap();
+                    let vt = d.upload_f32(&vv, &[nblocks * bs, kvh, hd]).unwrap();
+                    d.kv_write(&kt, &vt, &mut kc, &mut vc, &fill).unwrap();
+                    let m = meta(d, &lens, &new, &tables, mb);
+                    let qt = d.upload_f32(&q, &[nq, heads, hd]).unwrap();
+                    let mut out = d.alloc(DType::F32, &[nq, heads, hd]).unwrap();
+                    // Poison the output so an unwritten element cannot pass.
+                    d.write_f32(&mut out, &vec![f32::NAN; nq * heads * hd], &[nq, heads, hd])
+                        .unwrap();
+                    d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();
+                    outs.push(d.read_f32(&out).unwrap());
+                }
+                let mut worst = 0.0f32;
+                for (i, (c, g)) in outs[0].iter().zip(&outs[1]).enumerate() {
+                    let err = (c - g).abs();
+                    assert!(
                     err <= 2e-5 + 1e-4 * c.abs(),
-                    "{dtype:?} lens {lens:?} window {window:?}: out[{i}] cuda {g} vs cpu {c}"
+                    "{heads}/{kvh}x{hd} {dtype:?} lens {lens:?} window {window:?}: out[{i}] cuda {g} vs cpu {c}"
                 );
-                worst = worst.max(err);
+                    worst = worst.max(err);
+                }
+                eprintln!(
+                "{heads}/{kvh}x{hd} softcap {softcap:?} {dtype:?} lens {lens:?} window {window:?}: max |cuda - cpu| = {worst:e}"
+            );
             }
-            eprintln!("{dtype:?} lens {lens:?} window {window:?}: max |cuda - cpu| = {worst:e}");
         }
     }
 }

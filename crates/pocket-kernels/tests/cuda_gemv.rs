@@ -71,7 +71,16 @@ fn tolerance(t: GgmlType, n: usize, w: &[f32], x: &[f32]) -> f64 {
     let float = matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     let dp4a = matches!(
         t,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::IQ4_NL
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::IQ4_XS
     );
     if float || (n <= 8 && !dp4a) {
         accum
@@ -121,8 +130,9 @@ fn gemv_matches_references_on_random_blocks() {
     for (fi, &t) in FORMATS.iter().enumerate() {
         let format = QuantFormat::Ggml(t);
         let mut rng = Rng::new(100 + fi as u64);
-        // 67 rows: not a multiple of the 4 rows a GEMV block handles.
-        for &(rows, cols) in &[(67usize, 512usize), (35, 2048)] {
+        // 67 rows: not a multiple of the 4 rows a GEMV block handles. 4352 columns (17 blocks
+        // of 256): several passes of the multi-row kernel's loop, the last one partial.
+        for &(rows, cols) in &[(67usize, 512usize), (35, 2048), (13, 4352)] {
             let bytes = random_weight(t, rows, cols, &mut rng);
             let m = QuantMatrix {
                 format,

@@ -100,6 +100,22 @@ pub(crate) fn kv_write(
     )
 }
 
+/// Whether `POCKET_ATTN=generic` asks for the per-head attention kernel in decode too (kept for
+/// comparison; the device run tests both).
+fn generic_attention() -> bool {
+    static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GENERIC.get_or_init(|| std::env::var("POCKET_ATTN").is_ok_and(|v| v == "generic"))
+}
+
+/// Key splits of the decode kernel's `sequences x kv_heads` blocks: about four blocks per SM
+/// (three fit at once), each split at least 64 keys, at most 128 splits.
+fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize) -> usize {
+    (4 * sm_count as usize)
+        .div_ceil(blocks.max(1))
+        .min(max_len.div_ceil(64))
+        .clamp(1, 128)
+}
+
 /// How many key splits a launch of `rows x heads` blocks over `max_len` keys should use: enough
 /// blocks to fill the GPU twice, each split at least 32 keys (8 per warp), at most 64 splits.
 /// Each warp walks its keys one memory round trip at a time, so short splits are what hides
@@ -219,7 +235,22 @@ pub(crate) fn attention(
     } else {
         max_len
     };
-    let splits = choose_splits(be.sm_count, n, p.num_heads, keys);
+    let group = p.num_heads / p.num_kv_heads;
+    let kc_ptr = be.ptr(OP, "k_cache", k_cache)?;
+    let vc_ptr = be.ptr(OP, "v_cache", v_cache)?;
+    // The lanes-over-keys decode kernel: exactly one query row per sequence, GQA groups of at most 8,
+    // head_dim a power of two from 8 to 256, 16-byte aligned cache rows.
+    let decode = qs.windows(2).all(|w| w[1] - w[0] == 1)
+        && group <= 8
+        && hd.is_power_of_two()
+        && (8..=MAX_HEAD_DIM).contains(&hd)
+        && (kc_ptr | vc_ptr) % 16 == 0
+        && !generic_attention();
+    let splits = if decode {
+        choose_decode_splits(be.sm_count, s * p.num_kv_heads, keys)
+    } else {
+        choose_splits(be.sm_count, n, p.num_heads, keys)
+    };
 
     let mut scratch = be
         .scratch
@@ -235,8 +266,8 @@ pub(crate) fn attention(
     };
     let args = AttnArgs {
         q: be.ptr_of(OP, "q", q, DType::F32)?,
-        k_cache: be.ptr(OP, "k_cache", k_cache)?,
-        v_cache: be.ptr(OP, "v_cache", v_cache)?,
+        k_cache: kc_ptr,
+        v_cache: vc_ptr,
         query_start: be.ptr_of(OP, "query_start", &meta.query_start, DType::U32)?,
         seq_lens: be.ptr_of(OP, "seq_lens", &meta.seq_lens, DType::U32)?,
         block_tables: be.ptr_of(OP, "block_tables", &meta.block_tables, DType::U32)?,
@@ -255,13 +286,23 @@ pub(crate) fn attention(
         softcap: p.softcap.unwrap_or(0.0),
     };
     let out_ptr = args.out;
-    be.launch(
-        OP,
-        Kernel::Attention(ct),
-        (n as u32, p.num_heads as u32, splits as u32),
-        128,
-        args![args],
-    )?;
+    if decode {
+        be.launch(
+            OP,
+            Kernel::AttnDecode(ct, group > 4),
+            (s as u32, p.num_kv_heads as u32, splits as u32),
+            128,
+            args![args],
+        )?;
+    } else {
+        be.launch(
+            OP,
+            Kernel::Attention(ct),
+            (n as u32, p.num_heads as u32, splits as u32),
+            128,
+            args![args],
+        )?;
+    }
     if splits > 1 {
         be.launch(
             OP,

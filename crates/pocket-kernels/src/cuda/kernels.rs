@@ -82,8 +82,13 @@ impl DevFormat {
             DevFormat::Q4_0 => Q8Gemv::Q4_0,
             DevFormat::Q4_1 => Q8Gemv::Q4_1,
             DevFormat::Q8_0 => Q8Gemv::Q8_0,
+            DevFormat::Q5_0 => Q8Gemv::Q5_0,
+            DevFormat::Q5_1 => Q8Gemv::Q5_1,
+            DevFormat::IQ4_NL => Q8Gemv::IQ4_NL,
             DevFormat::Q4_K => Q8Gemv::Q4_K,
+            DevFormat::Q5_K => Q8Gemv::Q5_K,
             DevFormat::Q6_K => Q8Gemv::Q6_K,
+            DevFormat::IQ4_XS => Q8Gemv::IQ4_XS,
             _ => return None,
         })
     }
@@ -95,9 +100,14 @@ impl DevFormat {
 pub enum Q8Gemv {
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
+    IQ4_NL,
     Q4_K,
+    Q5_K,
     Q6_K,
+    IQ4_XS,
 }
 
 /// Element type of a KV cache.
@@ -148,10 +158,15 @@ pub enum Kernel {
     AttnCombine,
     KvWrite(CacheType),
     Attention(CacheType),
+    /// Decode attention (one query row per sequence) for GQA groups of up to 4 (`false`) or 8
+    /// (`true`) query heads.
+    AttnDecode(CacheType, bool),
     Embed(DevFormat),
     DequantF16(DevFormat),
     GemvF(DevFormat, Rows),
     GemvQ8(Q8Gemv, Rows),
+    /// One activation row, four weight rows per block with the columns split over the block.
+    GemvQ8Rows(Q8Gemv),
     /// One activation row, quantized per block into shared memory (no separate quantize launch).
     GemvQ8Fused(Q8Gemv),
 }
@@ -179,13 +194,18 @@ macro_rules! fmt_table {
 }
 
 macro_rules! q8_table {
-    ($k:expr, $suffix:literal) => {
+    ($k:expr, $prefix:literal, $suffix:literal) => {
         match $k {
-            Q8Gemv::Q4_0 => concat!("gemv_q8_q4_0", $suffix),
-            Q8Gemv::Q4_1 => concat!("gemv_q8_q4_1", $suffix),
-            Q8Gemv::Q8_0 => concat!("gemv_q8_q8_0", $suffix),
-            Q8Gemv::Q4_K => concat!("gemv_q8_q4_k", $suffix),
-            Q8Gemv::Q6_K => concat!("gemv_q8_q6_k", $suffix),
+            Q8Gemv::Q4_0 => concat!($prefix, "q4_0", $suffix),
+            Q8Gemv::Q4_1 => concat!($prefix, "q4_1", $suffix),
+            Q8Gemv::Q5_0 => concat!($prefix, "q5_0", $suffix),
+            Q8Gemv::Q5_1 => concat!($prefix, "q5_1", $suffix),
+            Q8Gemv::Q8_0 => concat!($prefix, "q8_0", $suffix),
+            Q8Gemv::IQ4_NL => concat!($prefix, "iq4_nl", $suffix),
+            Q8Gemv::Q4_K => concat!($prefix, "q4_k", $suffix),
+            Q8Gemv::Q5_K => concat!($prefix, "q5_k", $suffix),
+            Q8Gemv::Q6_K => concat!($prefix, "q6_k", $suffix),
+            Q8Gemv::IQ4_XS => concat!($prefix, "iq4_xs", $suffix),
         }
     };
 }
@@ -222,22 +242,25 @@ impl Kernel {
                     CacheType::BF16 => "attn_bf16",
                 },
             ),
+            Kernel::AttnDecode(c, g8) => (
+                M::Attention,
+                match (c, g8) {
+                    (CacheType::F32, false) => "attn_dec_f32_g4",
+                    (CacheType::F32, true) => "attn_dec_f32_g8",
+                    (CacheType::F16, false) => "attn_dec_f16_g4",
+                    (CacheType::F16, true) => "attn_dec_f16_g8",
+                    (CacheType::BF16, false) => "attn_dec_bf16_g4",
+                    (CacheType::BF16, true) => "attn_dec_bf16_g8",
+                },
+            ),
             Kernel::Embed(f) => (M::Elementwise, fmt_table!(f, "embed_", "")),
             Kernel::DequantF16(f) => (M::Elementwise, fmt_table!(f, "dequant_f16_", "")),
             Kernel::GemvF(f, Rows::One) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n1")),
             Kernel::GemvF(f, Rows::UpTo8) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n8")),
-            Kernel::GemvQ8(f, Rows::One) => (M::Gemv, q8_table!(f, "_n1")),
-            Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "_n8")),
-            Kernel::GemvQ8Fused(f) => (
-                M::Gemv,
-                match f {
-                    Q8Gemv::Q4_0 => "gemv_q8s_q4_0",
-                    Q8Gemv::Q4_1 => "gemv_q8s_q4_1",
-                    Q8Gemv::Q8_0 => "gemv_q8s_q8_0",
-                    Q8Gemv::Q4_K => "gemv_q8s_q4_k",
-                    Q8Gemv::Q6_K => "gemv_q8s_q6_k",
-                },
-            ),
+            Kernel::GemvQ8(f, Rows::One) => (M::Gemv, q8_table!(f, "gemv_q8_", "_n1")),
+            Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "gemv_q8_", "_n8")),
+            Kernel::GemvQ8Rows(f) => (M::Gemv, q8_table!(f, "gemv_q8r_", "")),
+            Kernel::GemvQ8Fused(f) => (M::Gemv, q8_table!(f, "gemv_q8s_", "")),
         }
     }
 }

@@ -18,6 +18,8 @@ use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 pub(crate) const GEMV_MAX_ROWS: usize = 8;
 /// Warps (weight rows) per GEMV block, as in kernels/gemv.cu.
 const GEMV_WARPS: usize = 4;
+/// Weight rows per block of the one-row dp4a GEMV `gemv_q8r_*` (GEMVR_ROWS in kernels/gemv.cu).
+const GEMVR_ROWS: usize = 4;
 /// Elements of dequantized f16 weight per cuBLAS chunk (64 MiB).
 const W16_CHUNK_ELEMS: usize = 32 << 20;
 
@@ -136,6 +138,13 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
     gemm_cublas(be, f, wp, xp, op, rows, cols, n)
 }
 
+/// Whether `POCKET_GEMV=warp` asks for the previous one-row decode GEMV (a warp per weight row,
+/// `gemv_q8_*_n1`) instead of `gemv_q8r_*`; kept for comparison and tested by the device run.
+fn warp_per_row() -> bool {
+    static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WARP.get_or_init(|| std::env::var("POCKET_GEMV").is_ok_and(|v| v == "warp"))
+}
+
 /// One GEMV launch for `m <= 8` activation rows.
 #[allow(clippy::too_many_arguments)]
 fn gemv(
@@ -202,6 +211,15 @@ fn gemv(
                 }
             }
             drop(cache);
+            if m == 1 && !warp_per_row() {
+                return be.launch(
+                    OP,
+                    Kernel::GemvQ8Rows(q),
+                    (rows.div_ceil(GEMVR_ROWS) as u32, 1, 1),
+                    128,
+                    args![w, xq, xd, xs, out, rows as i32, cols as i32],
+                );
+            }
             be.launch(
                 OP,
                 Kernel::GemvQ8(q, variant),
