@@ -1,5 +1,5 @@
 // dp4a building blocks for the decode GEMV (kernels/gemv.cu) and the integer-dot work items of the
-// formats whose weights keep GGML's block layout: Q5_0, Q5_1, IQ4_NL, Q5_K and IQ4_XS. Each work
+// formats whose weights keep GGML's block layout: Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS. Each work
 // item follows the contract written in gemv.cu: QK, TPB, PF (work items a thread loads before
 // computing), a `Raw` register image, `load(row, aux, blk, part)` and `dot(raw, blk, part, act)`.
 #pragma once
@@ -202,5 +202,94 @@ struct DotIQ4_XS {
         }
         int s = dot16(lo, ap[0]) + dot16(hi, ap[1]);
         return h2f(r.hdr.x & 0xffff) * (float)(ls - 32) * a.d[ab] * (float)s;
+    }
+};
+
+// Two adjacent 16-bit loads as one word (for blocks that are only 2-byte aligned).
+DEVI uint32_t ld2x16(const uint16_t* p) { return (uint32_t)__ldg(p) | ((uint32_t)__ldg(p + 1) << 16); }
+
+// Q2_K: { u8 scales[16], u8 qs[64], f16 d, f16 dmin } (84 bytes, 4-byte aligned). Element
+// 128n + 32s + l is bits 2s of qs[32n + l] with scale byte 8n + 2s + l/16 (low nibble: scale,
+// high: min). 8 threads per super-block: thread p = 4n + s covers activation block p.
+struct DotQ2_K {
+    using Fmt = FmtQ2_K;
+    static constexpr int QK = 256, TPB = 8, PF = 1;
+    struct Raw { uint32_t q[8], dm; uint16_t sc; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
+        const uint8_t* b = row + (size_t)blk * 84;
+        const uint32_t* qs = (const uint32_t*)(b + 16 + 32 * (p / 4));
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 8; i++) r.q[i] = __ldg(qs + i);
+        r.dm = __ldg((const uint32_t*)(b + 80));
+        r.sc = __ldg((const uint16_t*)(b + 8 * (p / 4) + 2 * (p % 4)));
+        return r;
+    }
+    DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
+        int sh = 2 * (p % 4);
+        size_t ab = (size_t)blk * 8 + p;
+        const int4* ap = (const int4*)(a.q + ab * 32);
+        float d = h2f(r.dm & 0xffff), dmin = h2f(r.dm >> 16), res = 0.f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int4 av = ap[hf];
+            uint32_t q[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) q[i] = (r.q[4 * hf + i] >> sh) & 0x03030303u;
+            int sumi = dot16(q, av);
+            const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+            int suma = dot16(ones, av);
+            int sc = (r.sc >> (8 * hf)) & 0xff;
+            res += d * (float)((sc & 0xF) * sumi) - dmin * (float)((sc >> 4) * suma);
+        }
+        return a.d[ab] * res;
+    }
+};
+
+// Q3_K: { u8 hmask[32], u8 qs[64], u8 scales[12], f16 d } (110 bytes, 2-byte aligned). Element
+// 128n + 32s + l is bits 2s of qs[32n + l] plus 4 * bit (4n + s) of hmask[l], minus 4, with the
+// 6-bit scale 8n + 2s + l/16 (minus 32). 8 threads per super-block: thread p = 4n + s covers
+// activation block p.
+struct DotQ3_K {
+    using Fmt = FmtQ3_K;
+    static constexpr int QK = 256, TPB = 8, PF = 1;
+    struct Raw { uint32_t q[8], h[8], sy, sz, sw; uint16_t d; };
+    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
+        const uint16_t* b = (const uint16_t*)(row + (size_t)blk * 110);
+        const uint16_t* qs = b + 16 + 16 * (p / 4);
+        Raw r;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            r.q[i] = ld2x16(qs + 2 * i);
+            r.h[i] = ld2x16(b + 2 * i);
+        }
+        r.sy = ld2x16(b + 48);
+        r.sz = ld2x16(b + 50);
+        r.sw = ld2x16(b + 52);
+        r.d = __ldg(b + 54);
+        return r;
+    }
+    DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
+        int n = p / 4, s = p % 4, sh = 2 * s, hb = 4 * n + s;
+        size_t ab = (size_t)blk * 8 + p;
+        const int4* ap = (const int4*)(a.q + ab * 32);
+        float res = 0.f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            int4 av = ap[hf];
+            uint32_t q[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q[i] = ((r.q[4 * hf + i] >> sh) & 0x03030303u) | (((r.h[4 * hf + i] >> hb) & 0x01010101u) << 2);
+            }
+            const uint32_t fours[4] = {0x04040404u, 0x04040404u, 0x04040404u, 0x04040404u};
+            // (q - 4) . a = q . a - 4 * sum(a)
+            int sumi = dot16(q, av) - dot16(fours, av);
+            int is = 8 * n + 2 * s + hf;
+            int lo = is < 8 ? (kbyte(r.sy, r.sz, r.sw, is) & 0xF) : (kbyte(r.sy, r.sz, r.sw, is - 8) >> 4);
+            int hi = (kbyte(r.sy, r.sz, r.sw, 8 + (is % 4)) >> (2 * (is / 4))) & 3;
+            res += (float)(((lo | (hi << 4)) - 32) * sumi);
+        }
+        return h2f(r.d) * a.d[ab] * res;
     }
 };

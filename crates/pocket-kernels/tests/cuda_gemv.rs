@@ -77,6 +77,8 @@ fn tolerance(t: GgmlType, n: usize, w: &[f32], x: &[f32]) -> f64 {
             | GgmlType::Q5_1
             | GgmlType::Q8_0
             | GgmlType::IQ4_NL
+            | GgmlType::Q2_K
+            | GgmlType::Q3_K
             | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K

@@ -85,6 +85,8 @@ impl DevFormat {
             DevFormat::Q5_0 => Q8Gemv::Q5_0,
             DevFormat::Q5_1 => Q8Gemv::Q5_1,
             DevFormat::IQ4_NL => Q8Gemv::IQ4_NL,
+            DevFormat::Q2_K => Q8Gemv::Q2_K,
+            DevFormat::Q3_K => Q8Gemv::Q3_K,
             DevFormat::Q4_K => Q8Gemv::Q4_K,
             DevFormat::Q5_K => Q8Gemv::Q5_K,
             DevFormat::Q6_K => Q8Gemv::Q6_K,
@@ -104,10 +106,23 @@ pub enum Q8Gemv {
     Q5_1,
     Q8_0,
     IQ4_NL,
+    Q2_K,
+    Q3_K,
     Q4_K,
     Q5_K,
     Q6_K,
     IQ4_XS,
+}
+
+impl Q8Gemv {
+    /// Whether the opt-in fused variant (`gemv_q8s_*`, `POCKET_GEMV=fused`) exists: only for the
+    /// five formats it was measured with.
+    pub fn has_fused(self) -> bool {
+        matches!(
+            self,
+            Q8Gemv::Q4_0 | Q8Gemv::Q4_1 | Q8Gemv::Q8_0 | Q8Gemv::Q4_K | Q8Gemv::Q6_K
+        )
+    }
 }
 
 /// Element type of a KV cache.
@@ -202,6 +217,8 @@ macro_rules! q8_table {
             Q8Gemv::Q5_1 => concat!($prefix, "q5_1", $suffix),
             Q8Gemv::Q8_0 => concat!($prefix, "q8_0", $suffix),
             Q8Gemv::IQ4_NL => concat!($prefix, "iq4_nl", $suffix),
+            Q8Gemv::Q2_K => concat!($prefix, "q2_k", $suffix),
+            Q8Gemv::Q3_K => concat!($prefix, "q3_k", $suffix),
             Q8Gemv::Q4_K => concat!($prefix, "q4_k", $suffix),
             Q8Gemv::Q5_K => concat!($prefix, "q5_k", $suffix),
             Q8Gemv::Q6_K => concat!($prefix, "q6_k", $suffix),

@@ -164,14 +164,15 @@ fn gemv(
     const FUSED_ROWS: usize = 16;
     let smem = cols + 8 * (cols / 32);
     match f.q8_gemv() {
-        Some(q) if m == 1 && be.fused_gemv() && smem <= 48 * 1024 => be.launch_smem(
-            OP,
-            Kernel::GemvQ8Fused(q),
-            (rows.div_ceil(FUSED_ROWS) as u32, 1, 1),
-            256,
-            smem as u32,
-            args![w, x, out, rows as i32, cols as i32],
-        ),
+        Some(q) if m == 1 && q.has_fused() && be.fused_gemv() && smem <= 48 * 1024 => be
+            .launch_smem(
+                OP,
+                Kernel::GemvQ8Fused(q),
+                (rows.div_ceil(FUSED_ROWS) as u32, 1, 1),
+                256,
+                smem as u32,
+                args![w, x, out, rows as i32, cols as i32],
+            ),
         Some(q) => {
             // Quantize the activations once, then every weight row meets them in dp4a. The
             // quantization is reused by the next GEMV over the same input (see `q8_cache`).
