@@ -64,6 +64,15 @@ fn random_bytes(t: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     out
 }
 
+/// The decode variant the environment selects (`POCKET_GEMV`, `POCKET_ATTN`), for the labels.
+fn variant_label() -> &'static str {
+    match std::env::var("POCKET_GEMV").as_deref() {
+        Ok("fused") => "fused",
+        Ok("warp") => "warp",
+        _ => "",
+    }
+}
+
 fn median(mut v: Vec<f32>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2] as f64
@@ -116,6 +125,7 @@ fn bench_gemv_and_gemm() {
         GgmlType::Q6_K,
         GgmlType::Q5_0,
         GgmlType::Q5_K,
+        GgmlType::Q3_K,
         GgmlType::IQ4_XS,
         GgmlType::F16,
         GgmlType::BF16,
@@ -146,17 +156,10 @@ fn bench_gemv_and_gemm() {
                 .collect();
             let xt = be.upload_f32(&x, &[1, cols]).unwrap();
             let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
-            // Both decode GEMV variants where the format has a dp4a kernel: "fused" quantizes the
-            // activation inside the GEMV, "split" launches quantize_q8 first.
-            let dp4a = matches!(
-                t,
-                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K
-            );
-            let modes: &[(bool, &str)] = if dp4a {
-                &[(false, "split"), (true, "fused")]
-            } else {
-                &[(true, "")]
-            };
+            // The backend's default decode GEMV; `POCKET_GEMV` (warp, fused) picks another and
+            // labels the lines.
+            let label = variant_label();
+            let modes: &[(bool, &str)] = &[(variant_label() == "fused", label)];
             for &(fused, label) in modes {
                 be.set_fused_gemv(fused);
                 let ms = time_ms(&be, 5, 60, |i| {
@@ -236,27 +239,26 @@ fn bench_decode_step_8b() {
         ("Q8_0", GgmlType::Q8_0, GgmlType::Q8_0),
     ] {
         let mut st = step::Step::new(&be, step::LLAMA3_8B, lf, of, 128);
-        for (fused, mode) in [(false, "split"), (true, "fused")] {
-            be.set_fused_gemv(fused);
-            let eager = time_ms(&be, 2, 10, |_| st.run(&be));
-            be.synchronize().unwrap();
-            be.begin_capture().unwrap();
-            st.run(&be);
-            let g = be.end_capture().unwrap();
-            let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
-            let gb = st.weight_bytes as f64 / 1e9;
-            let roof_ms = st.weight_bytes as f64 / (ROOF_TBPS * 1e12) * 1e3;
-            let line = format!(
-                "step 8B {name:4} (out {:4}) {mode:5} weights {gb:5.2} GB: eager {eager:6.2} ms ({:6.1} tok/s), graph {graph:6.2} ms ({:6.1} tok/s) = {:5.1}% of roofline {:.0} tok/s",
-                QuantFormat::Ggml(of).name(),
-                1e3 / eager,
-                1e3 / graph,
-                100.0 * roof_ms / graph,
-                1e3 / roof_ms
-            );
-            println!("{line}");
-            lines.push(line);
-        }
+        let (fused, mode) = (variant_label() == "fused", variant_label());
+        be.set_fused_gemv(fused);
+        let eager = time_ms(&be, 2, 10, |_| st.run(&be));
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let g = be.end_capture().unwrap();
+        let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
+        let gb = st.weight_bytes as f64 / 1e9;
+        let roof_ms = st.weight_bytes as f64 / (ROOF_TBPS * 1e12) * 1e3;
+        let line = format!(
+            "step 8B {name:4} (out {:4}) {mode:5} weights {gb:5.2} GB: eager {eager:6.2} ms ({:6.1} tok/s), graph {graph:6.2} ms ({:6.1} tok/s) = {:5.1}% of roofline {:.0} tok/s",
+            QuantFormat::Ggml(of).name(),
+            1e3 / eager,
+            1e3 / graph,
+            100.0 * roof_ms / graph,
+            1e3 / roof_ms
+        );
+        println!("{line}");
+        lines.push(line);
     }
     println!("\n==== summary: decode step ====");
     for l in lines {
@@ -311,7 +313,12 @@ fn bench_attention_decode() {
         });
         let bytes = 2 * seqs * ctx_len * kvh * hd * 2;
         let line = format!(
-            "attn decode f16 seqs={seqs:2} ctx={ctx_len:5}: {:8.1} us  {:6.3} TB/s of KV read",
+            "attn decode f16 seqs={seqs:2} ctx={ctx_len:5}{}: {:8.1} us  {:6.3} TB/s of KV read",
+            if std::env::var("POCKET_ATTN").is_ok_and(|v| v == "generic") {
+                " generic"
+            } else {
+                ""
+            },
             ms * 1e3,
             bytes as f64 / (ms * 1e-3) / 1e12
         );
