@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use pocket_kernels::DeviceKind;
 use pocket_models::sampling::SamplingParams;
-use pocket_models::{Engine, GenerateParams};
+use pocket_models::{Engine, FinishReason, GenerateParams};
 
 /// Parsed command-line options.
 struct Args {
@@ -27,10 +27,11 @@ struct Args {
     device: DeviceKind,
     json: bool,
     stats: bool,
+    ignore_eos: bool,
 }
 
 const USAGE: &str = "usage: pocket-generate --model ALIAS|PATH --prompt TEXT [--max-tokens N] \
-[--temperature T] [--seed S] [--raw] [--device cpu|cuda] [--json] [--stats]";
+[--temperature T] [--seed S] [--raw] [--device cpu|cuda] [--json] [--stats] [--ignore-eos]";
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
@@ -43,6 +44,7 @@ fn parse() -> Result<Args, String> {
         device: DeviceKind::Cpu,
         json: false,
         stats: false,
+        ignore_eos: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,6 +67,7 @@ fn parse() -> Result<Args, String> {
             "--raw" => a.raw = true,
             "--json" => a.json = true,
             "--stats" => a.stats = true,
+            "--ignore-eos" => a.ignore_eos = true,
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
         }
@@ -86,33 +89,58 @@ fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             seed: a.seed,
             ..SamplingParams::default()
         },
+        ignore_eos: a.ignore_eos,
         ..GenerateParams::default()
     };
     let ids = engine.encode_prompt(&a.prompt, a.raw)?;
-    let t1 = Instant::now();
-    let json = a.json;
+    let id = engine.add_sequence(ids.clone(), params)?;
     let mut out = std::io::stdout();
-    let g = engine.generate_with(ids.clone(), params, |text| {
-        if !json {
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
+    let (mut gen_ids, mut text) = (Vec::new(), String::new());
+    let t1 = Instant::now();
+    let mut prefill = None;
+    'run: loop {
+        for (sid, ev) in engine.step()? {
+            if sid != id {
+                continue;
+            }
+            prefill.get_or_insert_with(|| t1.elapsed());
+            if let Some(t) = ev.token {
+                if ev.finish != Some(FinishReason::Stop) {
+                    gen_ids.push(t);
+                }
+            }
+            if !a.json && !ev.text.is_empty() {
+                out.write_all(ev.text.as_bytes())?;
+                out.flush()?;
+            }
+            text.push_str(&ev.text);
+            match ev.finish {
+                Some(FinishReason::Error(e)) => return Err(e.into()),
+                Some(_) => break 'run,
+                None => {}
+            }
         }
-    })?;
-    let gen = t1.elapsed();
-    if json {
-        println!("{}", serde_json::json!({ "ids": g.ids, "text": g.text }));
+    }
+    let total = t1.elapsed();
+    if a.json {
+        println!("{}", serde_json::json!({ "ids": gen_ids, "text": text }));
     } else {
         println!();
     }
     if a.stats {
+        let prefill = prefill.unwrap_or_default();
+        let decode = total - prefill;
+        let decoded = gen_ids.len().saturating_sub(1);
         eprintln!("prompt ids: {ids:?}");
         eprintln!(
-            "load {:.2}s, prompt {} tokens, generated {} tokens in {:.2}s ({:.1} tok/s incl. prefill)",
+            "load {:.2}s; prefill {} tokens in {:.3}s ({:.1} tok/s); decode {} tokens in {:.3}s ({:.1} tok/s)",
             load.as_secs_f64(),
             ids.len(),
-            g.ids.len(),
-            gen.as_secs_f64(),
-            g.ids.len() as f64 / gen.as_secs_f64()
+            prefill.as_secs_f64(),
+            ids.len() as f64 / prefill.as_secs_f64(),
+            decoded,
+            decode.as_secs_f64(),
+            decoded as f64 / decode.as_secs_f64().max(1e-9)
         );
     }
     Ok(())

@@ -1,0 +1,248 @@
+//! Real checkpoints against independent references (runs only with `POCKET_REAL_MODELS=1`; the
+//! store fetches the models on first use).
+//!
+//! References are committed under `crates/models/llama/tests/data/real/`:
+//! `<alias>.numpy.json` from `scripts/reference_forward.py` (f32 numpy over gguf-py's
+//! dequantizer) and, where built, `<alias>.llamacpp.json` from llama.cpp (CPU). For each prompt:
+//! our greedy tokens must equal a reference's for at least as many tokens as the references
+//! agree with each other, and, teacher-forced along each reference's 32-token continuation, our
+//! top-1 must equal the reference's wherever its top-2 margin exceeds 0.5.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pocket_formats::TensorStore;
+use pocket_kernels::{DType, Device};
+use pocket_models::model::{KvCache, Model};
+use pocket_models::registry::{load_model, LoadOptions};
+use pocket_models::sampling::SamplingParams;
+use pocket_models::store::ModelStore;
+use pocket_models::tokenizer::Tokenizer;
+use pocket_models::{Engine, GenerateParams};
+use serde_json::Value;
+
+fn enabled() -> bool {
+    let on = std::env::var("POCKET_REAL_MODELS").is_ok_and(|v| v == "1");
+    if !on {
+        eprintln!("skipped: set POCKET_REAL_MODELS=1 to run the real-checkpoint tests");
+    }
+    on
+}
+
+/// One reference continuation.
+struct RefRun {
+    text: String,
+    ids: Vec<u32>,
+    tokens: Vec<u32>,
+    top1: Vec<u32>,
+    margin: Vec<f32>,
+}
+
+fn load_refs(alias: &str, which: &str) -> Option<Vec<RefRun>> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/llama/tests/data/real")
+        .join(format!("{alias}.{which}.json"));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()?;
+    let u = |x: &Value| {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect()
+    };
+    Some(
+        v["results"]
+            .as_array()?
+            .iter()
+            .map(|r| RefRun {
+                text: r["text"].as_str().unwrap_or_default().to_string(),
+                ids: u(&r["ids"]),
+                tokens: u(&r["tokens"]),
+                top1: u(&r["top1"]),
+                margin: r["margin"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.as_f64().unwrap() as f32)
+                    .collect(),
+            })
+            .collect(),
+    )
+}
+
+fn prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter()
+        .enumerate()
+        .fold(0, |b, (i, v)| if *v > row[b] { i } else { b }) as u32
+}
+
+/// Our top-1 after the prompt and after each token of `forced` (teacher-forced).
+fn forced_top1(model: &mut dyn Model, dev: &Device, prompt: &[u32], forced: &[u32]) -> Vec<u32> {
+    let cfg = model.info().kv_cache_config(4096, 4096, DType::F32);
+    let mut cache = KvCache::new(dev, cfg).unwrap();
+    let mut out = Vec::new();
+    let mut input = prompt.to_vec();
+    for step in 0..=forced.len() {
+        let plan = cache.plan(&[(0, &input)]).unwrap();
+        let logits = dev
+            .read_f32(model.forward(&plan, &mut cache).unwrap())
+            .unwrap();
+        out.push(argmax(&logits));
+        if step < forced.len() {
+            input = vec![forced[step]];
+        }
+    }
+    out
+}
+
+fn check_model(alias: &str) {
+    let store = ModelStore::new();
+    let path = store.resolve(alias).unwrap().path;
+    let tensors = Arc::new(TensorStore::open(&path).unwrap());
+    let tok = Tokenizer::from_gguf(tensors.gguf().unwrap()).unwrap();
+    let dev = Device::cpu();
+    let mut model = load_model(tensors.clone(), &dev, LoadOptions { max_seq_len: 4096 }).unwrap();
+    let numpy = load_refs(alias, "numpy").expect("numpy reference fixture");
+    let llamacpp = load_refs(alias, "llamacpp");
+    let mut failures = Vec::new();
+    for (i, r) in numpy.iter().enumerate() {
+        let other = llamacpp.as_ref().map(|l| &l[i]);
+        assert_eq!(
+            tok.encode(&r.text, true, true).unwrap(),
+            r.ids,
+            "{alias} prompt {i}: tokenization"
+        );
+        if let Some(o) = other {
+            assert_eq!(
+                o.ids, r.ids,
+                "{alias} prompt {i}: references disagree on the prompt ids"
+            );
+        }
+        // Our greedy continuation (the model's own argmax, fed back).
+        let mut ours = Vec::new();
+        {
+            let cfg = model.info().kv_cache_config(4096, 4096, DType::F32);
+            let mut cache = KvCache::new(&dev, cfg).unwrap();
+            let mut input = r.ids.clone();
+            for _ in 0..r.tokens.len() {
+                let plan = cache.plan(&[(0, &input)]).unwrap();
+                let logits = dev
+                    .read_f32(model.forward(&plan, &mut cache).unwrap())
+                    .unwrap();
+                let t = argmax(&logits);
+                ours.push(t);
+                input = vec![t];
+            }
+        }
+        let refs_agree = other.map_or(0, |o| prefix(&o.tokens, &r.tokens));
+        let ours_agree =
+            prefix(&ours, &r.tokens).max(other.map_or(0, |o| prefix(&ours, &o.tokens)));
+        eprintln!(
+            "{alias} prompt {i}: ours agrees with a reference for {ours_agree} tokens, the references with each other for {refs_agree}"
+        );
+        if ours_agree < refs_agree {
+            failures.push(format!(
+                "prompt {i}: greedy agreement {ours_agree} < the references' {refs_agree} (ours {ours:?}, numpy {:?}, margins {:?})",
+                r.tokens, r.margin
+            ));
+        }
+        for (name, rr) in [("numpy", Some(r)), ("llama.cpp", other)] {
+            let Some(rr) = rr else { continue };
+            let top = forced_top1(
+                model.as_mut(),
+                &dev,
+                &rr.ids,
+                &rr.tokens[..rr.tokens.len() - 1],
+            );
+            for (k, (&m, &want)) in rr.margin.iter().zip(&rr.top1).enumerate() {
+                if m > 0.5 && top[k] != want {
+                    failures.push(format!(
+                        "prompt {i} step {k}: top-1 {} vs {name}'s {want} (margin {m})",
+                        top[k]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{alias}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn smollm2_paris() {
+    if !enabled() {
+        return;
+    }
+    let mut e = Engine::builder()
+        .model("smollm2-135m-instruct")
+        .build()
+        .unwrap();
+    let params = GenerateParams {
+        max_tokens: 4,
+        sampling: SamplingParams::greedy(),
+        ..Default::default()
+    };
+    let g = e
+        .generate_text("The capital of France is", true, params, |_| {})
+        .unwrap();
+    assert!(g.text.starts_with(" Paris."), "got {:?}", g.text);
+}
+
+#[test]
+fn smollm2_matches_references() {
+    if enabled() {
+        check_model("smollm2-135m-instruct");
+    }
+}
+
+#[test]
+fn qwen25_coder_matches_references() {
+    if enabled() {
+        check_model("qwen2.5-coder-0.5b-instruct");
+    }
+}
+
+/// Prompts of the reference runs, per alias.
+fn prompts(alias: &str) -> &'static [&'static str] {
+    match alias {
+        "smollm2-135m-instruct" => &[
+            "The capital of France is",
+            "Once upon a time, there was a little",
+            "def fibonacci(n):\n",
+        ],
+        _ => &[
+            "def quicksort(arr):\n",
+            "The capital of France is",
+            "// A function that reverses a string in C\n",
+        ],
+    }
+}
+
+/// Fixture tooling: with `POCKET_WRITE_PROMPTS=1`, tokenizes the prompts with our tokenizer into
+/// `<alias>.prompts.json`, the input of `scripts/reference_forward.py` and of the llama.cpp run.
+#[test]
+fn write_prompt_ids() {
+    if std::env::var("POCKET_WRITE_PROMPTS").is_err() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama/tests/data/real");
+    std::fs::create_dir_all(&dir).unwrap();
+    for alias in ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"] {
+        let path = ModelStore::new().resolve(alias).unwrap().path;
+        let tok = Tokenizer::from_gguf_path(&path).unwrap();
+        let list: Vec<Value> = prompts(alias)
+            .iter()
+            .map(|t| serde_json::json!({ "text": t, "ids": tok.encode(t, true, true).unwrap() }))
+            .collect();
+        let out = serde_json::json!({ "model": alias, "prompts": list });
+        std::fs::write(
+            dir.join(format!("{alias}.prompts.json")),
+            serde_json::to_string_pretty(&out).unwrap(),
+        )
+        .unwrap();
+        eprintln!("{alias}: {}", path.display());
+    }
+}
