@@ -392,8 +392,18 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
     }
 }
 
+// Blocks per SM to fit: 8 (64 registers, a 4096-row matrix in one wave) where the work item
+// compiles without spills at 64 registers, else 1 (the compiler's choice).
+template <typename D> struct Q8rMinBlocks { static constexpr int value = 1; };
+template <> struct Q8rMinBlocks<DotQ4_0> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ4_1> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ8_0> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ2_K> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
+
 #define DEF_GEMV_Q8R(name, D)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS) gemv_q8r_##name(              \
+    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, Q8rMinBlocks<D>::value)       \
+        gemv_q8r_##name(                                                                       \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols) {                                                                  \
         gemv_q8r<D>(w, xq, xd, xs, out, rows, cols);                                           \
