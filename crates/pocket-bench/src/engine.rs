@@ -60,7 +60,7 @@ impl EngineTarget {
                         "sequence {id} finished early: {f:?}"
                     )));
                 }
-                left.retain(|&x| x != id as u64);
+                left.retain(|&x| x != id);
             }
         }
         Ok(())
@@ -100,7 +100,7 @@ impl Target for EngineTarget {
                 .engine
                 .add_sequence(tokens.to_vec(), params.clone())
                 .map_err(err)?;
-            self.ids.push(id as u64);
+            self.ids.push(id);
         }
         self.step_all()
     }
