@@ -270,3 +270,80 @@ fn reused_activation_quantization_tracks_writes() {
     dev.matmul(&x, &w1, &mut o1).unwrap();
     assert_eq!(dev.read_f32(&o1).unwrap(), fresh(&xv, &w1));
 }
+
+/// A decode-sized RMSNorm (alone or with the residual add) writes its output's 8-bit quantization
+/// for the GEMVs that read it: their results must be bit-identical to a fresh quantization of the
+/// same values, for 1 and 3 rows, and for both dp4a GEMV layouts' formats.
+#[test]
+fn norm_quantization_matches_a_fresh_one() {
+    let dev = match Device::open(DeviceKind::Cuda(0)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut rng = Rng::new(91);
+    let (d, rows_w) = (1024usize, 96usize);
+    let weights: Vec<_> = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_0]
+        .iter()
+        .map(|&t| {
+            let b = random_weight(t, rows_w, d, &mut rng);
+            dev.upload_weight(
+                QuantFormat::Ggml(t),
+                rows_w,
+                d,
+                HostBytes::from_vec(b),
+                None,
+                None,
+            )
+            .unwrap()
+        })
+        .collect();
+    let fresh = |x: &[f32], n: usize, w: &pocket_kernels::Weight| {
+        let xt = dev.upload_f32(x, &[n, d]).unwrap();
+        let mut o = dev.alloc(DType::F32, &[n, rows_w]).unwrap();
+        dev.matmul(&xt, w, &mut o).unwrap();
+        dev.read_f32(&o).unwrap()
+    };
+    for n in [1usize, 3] {
+        let norm_w: Vec<f32> = (0..d).map(|_| 1.0 + 0.5 * rng.f32()).collect();
+        let nw = dev.upload_f32(&norm_w, &[d]).unwrap();
+        let x0: Vec<f32> = (0..n * d).map(|_| rng.f32()).collect();
+        let x = dev.upload_f32(&x0, &[n, d]).unwrap();
+        let mut h = dev.alloc(DType::F32, &[n, d]).unwrap();
+        let mut o = dev.alloc(DType::F32, &[n, rows_w]).unwrap();
+        dev.rms_norm(&x, &nw, 1e-5, &mut h).unwrap();
+        let hv = dev.read_f32(&h).unwrap();
+        for w in &weights {
+            dev.write_f32(&mut o, &vec![f32::NAN; n * rows_w], &[n, rows_w])
+                .unwrap();
+            dev.rms_norm(&x, &nw, 1e-5, &mut h).unwrap();
+            dev.matmul(&h, w, &mut o).unwrap();
+            assert_eq!(
+                dev.read_f32(&o).unwrap(),
+                fresh(&hv, n, w),
+                "rms_norm n={n}"
+            );
+        }
+        let delta: Vec<f32> = (0..n * d).map(|_| rng.f32()).collect();
+        let dt = dev.upload_f32(&delta, &[n, d]).unwrap();
+        for w in &weights {
+            let mut res = dev.upload_f32(&x0, &[n, d]).unwrap();
+            dev.add_rms_norm(&mut res, &dt, &nw, 1e-5, &mut h).unwrap();
+            let hv = dev.read_f32(&h).unwrap();
+            let rv = dev.read_f32(&res).unwrap();
+            let want: Vec<f32> = x0.iter().zip(&delta).map(|(a, b)| a + b).collect();
+            assert_eq!(rv, want, "add_rms_norm residual n={n}");
+            dev.add_rms_norm(&mut res, &dt, &nw, 1e-5, &mut h).unwrap();
+            dev.matmul(&h, w, &mut o).unwrap();
+            let hv2 = dev.read_f32(&h).unwrap();
+            assert_eq!(
+                dev.read_f32(&o).unwrap(),
+                fresh(&hv2, n, w),
+                "add_rms_norm n={n}"
+            );
+            assert_ne!(hv, hv2, "the second add moved the residual");
+        }
+    }
+}

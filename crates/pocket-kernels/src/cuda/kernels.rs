@@ -162,6 +162,10 @@ pub enum Rows {
 pub enum Kernel {
     RmsNorm,
     AddRmsNorm,
+    /// `rms_norm` that also writes its output's 8-bit quantization (decode GEMV input).
+    RmsNormQ8,
+    /// `add_rms_norm` that also writes its output's 8-bit quantization.
+    AddRmsNormQ8,
     AddBias,
     AddAssign,
     SiluMul,
@@ -234,6 +238,8 @@ impl Kernel {
         match self {
             Kernel::RmsNorm => (M::Norm, "rms_norm"),
             Kernel::AddRmsNorm => (M::Norm, "add_rms_norm"),
+            Kernel::RmsNormQ8 => (M::Norm, "rms_norm_q8"),
+            Kernel::AddRmsNormQ8 => (M::Norm, "add_rms_norm_q8"),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),
