@@ -20,6 +20,8 @@ pub mod e2e;
 #[cfg(feature = "engine")]
 pub mod engine;
 pub mod llama_bench;
+#[cfg(feature = "engine")]
+pub mod parity;
 pub mod record;
 pub mod report;
 pub mod roofline;

@@ -20,6 +20,8 @@ const USAGE: &str = "usage:
                    [--threads T] [--compare-llama-bench PATH] [--record-dir DIR] [--synth-dir DIR]
                    [--vocab-dir DIR] [--json]
   pocket-bench set cuda|hybrid|moe|cpu [run options except --model] [--delete-after]
+  pocket-bench parity --model PATH|synthetic:PRESET:FORMAT [--device cuda] [--steps 64]
+                   [--prompt-lengths 7,33,130] [--rel-tol 0.002] [--margin 0.05] [--synth-dir DIR] [--json]
   pocket-bench report DIR
   pocket-bench presets
   pocket-bench bandwidth [--mib N] [--threads T]
@@ -184,6 +186,80 @@ fn cmd_set(argv: &[String]) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "engine")]
+fn cmd_parity(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["json"])?;
+    a.only(&[
+        "model",
+        "device",
+        "steps",
+        "prompt-lengths",
+        "rel-tol",
+        "margin",
+        "synth-dir",
+        "vocab-dir",
+        "seed",
+        "json",
+    ])?;
+    let spec = a
+        .get("model")
+        .ok_or_else(|| BenchError::Usage("parity needs --model".into()))?;
+    let (path, _) = pocket_bench::e2e::resolve_model(
+        spec,
+        a.get("synth-dir").map(std::path::Path::new),
+        &synth_opts(&a)?,
+    )?;
+    let device: pocket_kernels::DeviceKind = a
+        .get("device")
+        .unwrap_or("cuda")
+        .parse()
+        .map_err(BenchError::Usage)?;
+    let lengths: Vec<usize> = a
+        .get("prompt-lengths")
+        .unwrap_or("7,33,130")
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| BenchError::Usage(format!("--prompt-lengths: {e}")))?;
+    let prompts = pocket_bench::parity::prompts(&lengths, 32_000);
+    let r = pocket_bench::parity::check(
+        &path,
+        device,
+        &prompts,
+        a.num("steps", 64usize)?,
+        a.num("rel-tol", 0.002f32)?,
+        a.num("margin", 0.05f32)?,
+    )?;
+    if a.flag("json") {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    for p in &r.prompts {
+        println!(
+            "parity {spec} prompt {} tok: logits max|d| {:.3e} (rel {:.2e}), greedy {}/{} equal, \
+             forced max|d| {:.3e}, forced top-1 mismatches above margin {}: {}",
+            p.prompt_tokens,
+            p.max_abs_diff,
+            p.rel_diff,
+            p.greedy_equal,
+            p.greedy_len,
+            p.forced_max_abs_diff,
+            r.margin,
+            p.forced_mismatches
+        );
+    }
+    println!(
+        "parity {spec}: {} ({} vs {})",
+        if r.pass { "PASS" } else { "FAIL" },
+        r.device,
+        r.reference
+    );
+    if r.pass {
+        Ok(())
+    } else {
+        Err(BenchError::Model(format!("parity failed for {spec}")))
+    }
+}
+
 fn cmd_report(argv: &[String]) -> Result<()> {
     let a = Args::parse(argv, &[])?;
     let [dir] = a.positional.as_slice() else {
@@ -238,6 +314,8 @@ fn main() -> ExitCode {
         "run" => cmd_run(rest),
         "set" => cmd_set(rest),
         "report" => cmd_report(rest),
+        #[cfg(feature = "engine")]
+        "parity" => cmd_parity(rest),
         "presets" => {
             cmd_presets();
             Ok(())
