@@ -42,13 +42,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
             Err(e) => eprintln!("warning: examples not bundled: {e}"),
         }
     }
+    // The end-to-end tools: pocket-bench generates synthetic models on the GPU machine (nothing
+    // large can travel there) and runs parity and benchmarks; it needs llama.cpp vocabularies.
+    let bench = cargo_json(&root, &["build", "--release", "-p", "pocket-bench", "--bins"])?;
+    built.extend(bench.into_iter().filter(|(n, _)| n == "pocket-bench"));
+    let vocab = bundle.join("vocab");
+    std::fs::create_dir_all(&vocab).map_err(|e| e.to_string())?;
+    let shared = root.join("../shared/data/tokenizer-vectors");
+    for f in ["ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf"] {
+        std::fs::copy(shared.join(f), vocab.join(f)).map_err(|e| format!("{f}: {e}"))?;
+    }
     for (name, exe) in &built {
         let dst = bin.join(name);
         std::fs::copy(exe, &dst).map_err(|e| format!("{}: {e}", exe.display()))?;
         let _ = Command::new("strip").arg(&dst).status();
     }
-    std::fs::copy(root.join("scripts/device/run.sh"), bundle.join("run.sh"))
-        .map_err(|e| e.to_string())?;
+    for script in ["run.sh", "e2e.sh"] {
+        std::fs::copy(root.join("scripts/device").join(script), bundle.join(script))
+            .map_err(|e| format!("{script}: {e}"))?;
+    }
     let mut listing = String::new();
     for (name, _) in &built {
         listing += name;
@@ -65,6 +77,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
         built.len(),
         size as f64 / (1 << 20) as f64
     );
+    // At most 64 MiB travels to the GPU machine per call; the binaries (embedded PTX, mostly
+    // text) compress about 14x, so the bundle travels as .cache/device/bundle.tar.xz.
+    let packed = root.join(".cache/device");
+    std::fs::create_dir_all(&packed).map_err(|e| e.to_string())?;
+    let status = Command::new("tar")
+        .current_dir(&root)
+        .env("XZ_OPT", "-6 -T0")
+        .args(["-cJf", ".cache/device/bundle.tar.xz", "bundle"])
+        .status()
+        .map_err(|e| format!("tar: {e}"))?;
+    if !status.success() {
+        return Err("tar of bundle/ failed".into());
+    }
+    eprintln!("packed .cache/device/bundle.tar.xz: carry `.cache/device`, then `tar -xJf .cache/device/bundle.tar.xz`");
     Ok(())
 }
 
