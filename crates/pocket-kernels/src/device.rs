@@ -25,7 +25,9 @@ impl std::str::FromStr for DeviceKind {
                     .parse()
                     .map(DeviceKind::Cuda)
                     .map_err(|_| format!("bad CUDA ordinal in `{s}`")),
-                None => Err(format!("unknown device `{s}` (expected cpu, cuda or cuda:N)")),
+                None => Err(format!(
+                    "unknown device `{s}` (expected cpu, cuda or cuda:N)"
+                )),
             },
         }
     }

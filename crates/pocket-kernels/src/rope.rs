@@ -84,16 +84,21 @@ impl RopeConfig {
             .collect();
         match self.scaling {
             RopeScaling::None => (base.iter().map(|&f| f as f32).collect(), 1.0),
-            RopeScaling::Linear { factor } => {
-                (base.iter().map(|&f| (f / factor as f64) as f32).collect(), 1.0)
-            }
+            RopeScaling::Linear { factor } => (
+                base.iter().map(|&f| (f / factor as f64) as f32).collect(),
+                1.0,
+            ),
             RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
                 original_max_position,
             } => {
-                let (factor, lo, hi) = (factor as f64, low_freq_factor as f64, high_freq_factor as f64);
+                let (factor, lo, hi) = (
+                    factor as f64,
+                    low_freq_factor as f64,
+                    high_freq_factor as f64,
+                );
                 let old = original_max_position as f64;
                 let low_wavelen = old / lo;
                 let high_wavelen = old / hi;

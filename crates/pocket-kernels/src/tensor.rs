@@ -78,7 +78,11 @@ impl Tensor {
 
     /// A host f32 tensor from data (panics only if `data.len()` disagrees with `shape`, a caller bug).
     pub fn host_f32(data: Vec<f32>, shape: &[usize]) -> Tensor {
-        assert_eq!(data.len(), shape.iter().product::<usize>(), "data/shape mismatch");
+        assert_eq!(
+            data.len(),
+            shape.iter().product::<usize>(),
+            "data/shape mismatch"
+        );
         Tensor {
             dtype: DType::F32,
             shape: shape.to_vec(),
@@ -88,7 +92,11 @@ impl Tensor {
 
     /// A host u32 tensor from data.
     pub fn host_u32(data: Vec<u32>, shape: &[usize]) -> Tensor {
-        assert_eq!(data.len(), shape.iter().product::<usize>(), "data/shape mismatch");
+        assert_eq!(
+            data.len(),
+            shape.iter().product::<usize>(),
+            "data/shape mismatch"
+        );
         Tensor {
             dtype: DType::U32,
             shape: shape.to_vec(),

@@ -14,7 +14,11 @@ pub struct HostBytes {
 
 impl HostBytes {
     /// A window `[start, start + len)` into `owner`; `None` if it falls outside.
-    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Option<Self> {
+    pub fn new(
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        start: usize,
+        len: usize,
+    ) -> Option<Self> {
         let end = start.checked_add(len)?;
         if end > (*owner).as_ref().len() {
             return None;
