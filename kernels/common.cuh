@@ -41,9 +41,10 @@ __constant__ int8_t IQ4NL_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10
 // [blk * QK + chunk * 16, +16) of one row. `row_ptr` points at the row's first block; `aux_row` at
 // the row's first companion entry for repacked formats (unused otherwise).
 //
-// Repacked layouts (chosen at upload so the GEMV can issue 16-byte loads): Q4_0 and Q8_0 keep all
-// quants of the matrix first (`rows * nb * QS` bytes, row-major by block) and the f16 scales after
-// them (`rows * nb * 2` bytes). Every other format keeps GGML's interleaved block layout.
+// Repacked layouts (chosen at upload so the GEMV can issue 16-byte loads): Q4_0, Q8_0 and Q6_K keep
+// all quants of the matrix first (`rows * nb * BYTES` bytes, row-major by block) and the companion
+// bytes after them (`rows * nb * AUX`: the f16 scale of Q4_0/Q8_0; Q6_K's 16 scales and d). Every
+// other format keeps GGML's interleaved block layout.
 
 struct FmtF32 {
     static constexpr int QK = 16, BYTES = 64;
@@ -93,7 +94,7 @@ struct FmtBF16 {
 
 // Q4_0, repacked: quants 16 bytes per block (low nibbles = elements 0..15, high = 16..31).
 struct FmtQ4_0 {
-    static constexpr int QK = 32, BYTES = 16, REPACKED = 1;
+    static constexpr int QK = 32, BYTES = 16, AUX = 2;
     DEVI static void decode16(const uint8_t* row, const uint8_t* aux, int blk, int chunk, float* out) {
         float d = h2f(((const uint16_t*)aux)[blk]);
         uint4 v = *(const uint4*)(row + (size_t)blk * 16);
@@ -106,7 +107,7 @@ struct FmtQ4_0 {
 
 // Q8_0, repacked: quants 32 bytes per block.
 struct FmtQ8_0 {
-    static constexpr int QK = 32, BYTES = 32, REPACKED = 1;
+    static constexpr int QK = 32, BYTES = 32, AUX = 2;
     DEVI static void decode16(const uint8_t* row, const uint8_t* aux, int blk, int chunk, float* out) {
         float d = h2f(((const uint16_t*)aux)[blk]);
         uint4 v = *(const uint4*)(row + (size_t)blk * 32 + chunk * 16);
@@ -272,16 +273,18 @@ struct FmtQ5_K {
     }
 };
 
-// Q6_K: { u8 ql[128], u8 qh[64], i8 scales[16], f16 d }: 16 sub-blocks of 16.
+// Q6_K, repacked: GGML's { u8 ql[128], u8 qh[64], i8 scales[16], f16 d } split into 192 quant
+// bytes per block (16-byte aligned) and 18 companion bytes (scales, then d). 16 sub-blocks of 16.
 struct FmtQ6_K {
-    static constexpr int QK = 256, BYTES = 210;
-    DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
+    static constexpr int QK = 256, BYTES = 192, AUX = 18;
+    DEVI static void decode16(const uint8_t* row, const uint8_t* aux, int blk, int chunk, float* out) {
         const uint8_t* b = row + (size_t)blk * BYTES;
-        float d = h2f(ld_u16(b + 208));
+        const uint8_t* a = aux + (size_t)blk * AUX;
+        float d = h2f(ld_u16(a + 16));
         // Element e = 128*n + 32*k + l: ql[64n + l + 32*(k&1)] nibble (k>>1), qh[32n + l] bits 2k.
         int e0 = chunk * 16;
         int n = e0 / 128, k = (e0 % 128) / 32, l0 = e0 % 32;
-        float dl = d * (float)(int8_t)b[192 + 8 * n + l0 / 16 + 2 * k];
+        float dl = d * (float)(int8_t)a[8 * n + l0 / 16 + 2 * k];
         const uint8_t* ql = b + 64 * n + 32 * (k & 1) + l0;
         const uint8_t* qh = b + 128 + 32 * n + l0;
         int shl = (k >> 1) * 4, shh = 2 * k;
@@ -315,13 +318,18 @@ struct FmtIQ4_XS {
 template <typename F> struct Repacked { static constexpr bool value = false; };
 template <> struct Repacked<FmtQ4_0> { static constexpr bool value = true; };
 template <> struct Repacked<FmtQ8_0> { static constexpr bool value = true; };
+template <> struct Repacked<FmtQ6_K> { static constexpr bool value = true; };
 
 // Pointers to one row's blocks and companion entries.
 template <typename F>
 DEVI void row_ptrs(const uint8_t* w, size_t rows, size_t nb, size_t r, const uint8_t*& row,
                    const uint8_t*& aux) {
     row = w + r * nb * F::BYTES;
-    aux = Repacked<F>::value ? (w + rows * nb * F::BYTES + r * nb * 2) : nullptr;
+    if constexpr (Repacked<F>::value) {
+        aux = w + rows * nb * F::BYTES + r * nb * F::AUX;
+    } else {
+        aux = nullptr;
+    }
 }
 
 // X-macro over every format with a device decoder: (suffix, struct).

@@ -211,26 +211,24 @@ struct DotQ4_K {
     }
 };
 
-// Q6_K: 8 threads per 210-byte super-block; thread p covers elements 128n + 32k + (0..32) with
-// n = p/4, k = p%4: quants from ql (nibble k/2) and qh (bits 2k), one scale per 16 elements.
-// The block is only 2-byte aligned, so quants are read as 16-bit halves.
+// Q6_K (repacked, common.cuh): 8 threads per super-block; thread p covers elements 128n + 32k +
+// (0..32) with n = p/4, k = p%4: quants from ql (nibble k/2) and qh (bits 2k), one scale per 16
+// elements. Four 16-byte loads of quants, two 2-byte loads of companion bytes.
 struct DotQ6_K {
     using Fmt = FmtQ6_K;
     static constexpr int QK = 256, TPB = 8, PF = 1;
     struct Raw { uint32_t l[8], h[8]; uint16_t d, sc; };
-    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
-        const uint8_t* b = row + (size_t)blk * 210;
+    DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int p) {
+        const uint8_t* b = row + (size_t)blk * 192;
+        const uint8_t* ax = aux + (size_t)blk * 18;
         int n = p / 4, k = p % 4;
-        const uint16_t* ql = (const uint16_t*)(b + 64 * n + 32 * (k & 1));
-        const uint16_t* qh = (const uint16_t*)(b + 128 + 32 * n);
-        Raw r;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            r.l[i] = (uint32_t)__ldg(ql + 2 * i) | ((uint32_t)__ldg(ql + 2 * i + 1) << 16);
-            r.h[i] = (uint32_t)__ldg(qh + 2 * i) | ((uint32_t)__ldg(qh + 2 * i + 1) << 16);
-        }
-        r.sc = __ldg((const uint16_t*)(b + 192 + 8 * n + 2 * k));
-        r.d = __ldg((const uint16_t*)(b + 208));
+        const uint4* ql = (const uint4*)(b + 64 * n + 32 * (k & 1));
+        const uint4* qh = (const uint4*)(b + 128 + 32 * n);
+        uint4 l0 = __ldg(ql), l1 = __ldg(ql + 1), h0 = __ldg(qh), h1 = __ldg(qh + 1);
+        Raw r = {{l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w},
+                 {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w},
+                 __ldg((const uint16_t*)(ax + 16)),
+                 __ldg((const uint16_t*)(ax + 8 * n + 2 * k))};
         return r;
     }
     DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {

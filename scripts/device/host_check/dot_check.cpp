@@ -8,7 +8,8 @@ static uint16_t f2h_small() {  // a positive normal f16 in [2^-10, 2^-5)
     return (uint16_t)(((5 + rng() % 5) << 10) | (rng() % 1024));
 }
 template <typename D>
-int check(const char* name, int ggml_bytes, std::vector<int> scale_offs, bool repacked, int qoff) {
+int check(const char* name, int ggml_bytes, std::vector<int> scale_offs, bool repacked, int qoff,
+          int qlen = 0, int aoff = 0, int alen = 2) {
     using F = typename D::Fmt;
     int nb = 16;  // blocks in the row
     int cols = nb * D::QK;
@@ -20,8 +21,9 @@ int check(const char* name, int ggml_bytes, std::vector<int> scale_offs, bool re
     }
     std::vector<uint8_t> row, aux;
     if (repacked) {
-        for (int k = 0; k < nb; k++) row.insert(row.end(), g.begin() + k * ggml_bytes + qoff, g.begin() + (k + 1) * ggml_bytes);
-        for (int k = 0; k < nb; k++) aux.insert(aux.end(), g.begin() + k * ggml_bytes, g.begin() + k * ggml_bytes + 2);
+        if (qlen == 0) qlen = ggml_bytes - qoff;
+        for (int k = 0; k < nb; k++) row.insert(row.end(), g.begin() + k * ggml_bytes + qoff, g.begin() + k * ggml_bytes + qoff + qlen);
+        for (int k = 0; k < nb; k++) aux.insert(aux.end(), g.begin() + k * ggml_bytes + aoff, g.begin() + k * ggml_bytes + aoff + alen);
     } else row = g;
     std::vector<int8_t> xq(cols); std::vector<float> xd(cols / 32), xs(cols / 32);
     for (auto& v : xq) v = (int8_t)((int)(rng() % 255) - 127);
@@ -62,7 +64,7 @@ int main() {
     f += check<DotQ3_K>("Q3_K", 110, {108}, false, 0);
     f += check<DotQ4_K>("Q4_K", 144, {0, 2}, false, 0);
     f += check<DotQ5_K>("Q5_K", 176, {0, 2}, false, 0);
-    f += check<DotQ6_K>("Q6_K", 210, {208}, false, 0);
+    f += check<DotQ6_K>("Q6_K", 210, {208}, true, 0, 192, 192, 18);
     f += check<DotIQ4_XS>("IQ4_XS", 136, {0}, false, 0);
     }
     printf("%d failures\n", f);

@@ -71,9 +71,15 @@ impl DevFormat {
         }
     }
 
-    /// Whether the quants are split from their f16 scales on upload (16-byte aligned quants).
-    pub fn split_scales(self) -> bool {
-        matches!(self, DevFormat::Q4_0 | DevFormat::Q8_0)
+    /// The byte ranges (quants, companion) of a GGML block that upload splits apart, for the
+    /// repacked formats: all quants of the matrix first (16-byte aligned), then all companions.
+    pub fn split_scales(self) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+        match self {
+            DevFormat::Q4_0 => Some((2..18, 0..2)),
+            DevFormat::Q8_0 => Some((2..34, 0..2)),
+            DevFormat::Q6_K => Some((0..192, 192..210)),
+            _ => None,
+        }
     }
 
     /// The dp4a GEMV over 8-bit activations, where one exists for this format.

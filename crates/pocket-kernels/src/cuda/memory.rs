@@ -174,7 +174,8 @@ impl Drop for CudaStorage {
 pub enum WeightLayout {
     /// GGML's own block layout, copied as is.
     Ggml,
-    /// Quants of every block first, then the f16 block scales (Q4_0, Q8_0): 16-byte loads.
+    /// Quants of every block first, then the companion bytes (the f16 scale of Q4_0 and Q8_0;
+    /// Q6_K's scales and d): 16-byte loads.
     SplitScales,
 }
 

@@ -511,15 +511,14 @@ impl Backend for CudaBackend {
                 ),
             });
         }
-        let (storage, layout) = if dev.split_scales() {
-            let bb = format.block_bytes();
-            let qb = bb - 2;
+        let (storage, layout) = if let Some((qr, ar)) = dev.split_scales() {
+            let (bb, qb, ab) = (format.block_bytes(), qr.len(), ar.len());
             let nblocks = bytes.len() / bb;
             let mut packed = vec![0u8; bytes.len()];
             let (q, d) = packed.split_at_mut(nblocks * qb);
             for (i, blk) in bytes.chunks_exact(bb).enumerate() {
-                d[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
-                q[qb * i..qb * (i + 1)].copy_from_slice(&blk[2..]);
+                d[ab * i..ab * (i + 1)].copy_from_slice(&blk[ar.clone()]);
+                q[qb * i..qb * (i + 1)].copy_from_slice(&blk[qr.clone()]);
             }
             (self.upload_bytes(OP, &packed)?, WeightLayout::SplitScales)
         } else {
