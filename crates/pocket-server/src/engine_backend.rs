@@ -97,8 +97,7 @@ impl StepEngine for EngineStep {
                 };
                 let is_eos = finished == Some(FinishReason::Stop)
                     && ev.token.is_some_and(|t| self.stop_ids.contains(&t));
-                // The engine reports only the chosen token's logprob (no alternatives yet).
-                let logprobs = ev.logprob.map(|l| (l, Vec::new()));
+                let logprobs = ev.logprob.map(|l| (l, ev.top_logprobs));
                 (
                     id,
                     StepToken {
@@ -195,12 +194,6 @@ pub fn start(opts: &EngineOptions) -> Result<SchedulerBackend, String> {
     b = b.cache_tokens(ctx * opts.max_sequences.max(1));
     let engine = b.build().map_err(|e| e.to_string())?;
     let info = engine.model().info().clone();
-    let stop_ids = engine
-        .tokenizer()
-        .map(|t| t.stop_token_ids().to_vec())
-        .unwrap_or_default();
-    let total_blocks = engine.cache().config().num_blocks;
-    let context_length = engine.cache().config().max_seq_len;
     let tensors = TensorStore::open(&resolved.path).map_err(|e| e.to_string())?;
     let tok = match tensors.gguf() {
         Some(g) => Tokenizer::from_gguf(g).map_err(|e| e.to_string())?,
@@ -216,23 +209,48 @@ pub fn start(opts: &EngineOptions) -> Result<SchedulerBackend, String> {
         template,
         vocab: info.vocab_size,
     };
+    Ok(serve_engine(
+        engine,
+        Arc::new(codec),
+        &opts.model,
+        opts.max_sequences,
+        opts.max_queue,
+    ))
+}
+
+/// Starts a scheduler over an already built [`Engine`], with `codec` for prompt encoding and
+/// detokenization (the engine's own tokenizer only decides which tokens end a sequence).
+/// `model_id` is the name clients use; the context length is the engine cache's.
+pub fn serve_engine(
+    engine: Engine,
+    codec: Arc<dyn TextCodec>,
+    model_id: &str,
+    max_sequences: usize,
+    max_queue: usize,
+) -> SchedulerBackend {
+    let stop_ids = engine
+        .tokenizer()
+        .map(|t| t.stop_token_ids().to_vec())
+        .unwrap_or_default();
+    let total_blocks = engine.cache().config().num_blocks;
+    let context_length = engine.cache().config().max_seq_len;
     let cfg = SchedulerConfig {
         model: ModelInfo {
-            id: opts.model.clone(),
+            id: model_id.to_string(),
             created: crate::response::unix_now(),
             owned_by: "pocketllm".into(),
             context_length,
         },
-        max_running: opts.max_sequences,
-        max_queue: opts.max_queue,
+        max_running: max_sequences,
+        max_queue,
     };
-    Ok(SchedulerBackend::start(
+    SchedulerBackend::start(
         EngineStep {
             engine,
             stop_ids,
             total_blocks,
         },
-        Arc::new(codec),
+        codec,
         cfg,
-    ))
+    )
 }

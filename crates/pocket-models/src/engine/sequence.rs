@@ -48,6 +48,9 @@ pub struct TokenEvent {
     pub token: Option<u32>,
     /// Its log-probability under the processed distribution.
     pub logprob: Option<f32>,
+    /// The most likely tokens `(id, logprob)`, best first, when the sampling params ask for
+    /// `top_logprobs` (empty otherwise).
+    pub top_logprobs: Vec<(u32, f32)>,
     /// Text safe to show now (may be empty while a stop string or UTF-8 char is incomplete).
     pub text: String,
     /// Set on the sequence's last event.

@@ -109,6 +109,7 @@ impl Engine {
         let mut ev = TokenEvent {
             token: Some(t),
             logprob: Some(picked.logprob),
+            top_logprobs: picked.top_logprobs,
             text: String::new(),
             finish: None,
         };
@@ -144,6 +145,7 @@ fn finish_event(reason: FinishReason) -> TokenEvent {
     TokenEvent {
         token: None,
         logprob: None,
+        top_logprobs: Vec::new(),
         text: String::new(),
         finish: Some(reason),
     }
