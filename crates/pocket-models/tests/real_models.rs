@@ -70,6 +70,22 @@ fn load_refs(alias: &str, which: &str) -> Option<Vec<RefRun>> {
     )
 }
 
+/// Top-2 margin below which two correct int8-activation implementations may pick differently.
+const NEAR_TIE: f32 = 0.1;
+
+fn top2_margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
 fn prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -124,6 +140,7 @@ fn check_model(alias: &str) {
         }
         // Our greedy continuation (the model's own argmax, fed back).
         let mut ours = Vec::new();
+        let mut our_margin = Vec::new();
         {
             let cfg = model.info().kv_cache_config(4096, 4096, DType::F32);
             let mut cache = KvCache::new(&dev, cfg).unwrap();
@@ -135,6 +152,7 @@ fn check_model(alias: &str) {
                     .unwrap();
                 let t = argmax(&logits);
                 ours.push(t);
+                our_margin.push(top2_margin(&logits));
                 input = vec![t];
             }
         }
@@ -144,7 +162,26 @@ fn check_model(alias: &str) {
         eprintln!(
             "{alias} prompt {i}: ours agrees with a reference for {ours_agree} tokens, the references with each other for {refs_agree}"
         );
-        if ours_agree < refs_agree {
+        // A divergence is only tolerated at a documented near-tie: where ours and a reference
+        // both have a top-2 margin under NEAR_TIE at the first differing step. int8 activation
+        // rounding (ours and llama.cpp's alike) moves top-2 margins by about 0.1-0.3 logits on
+        // SmolLM2 (docs/models/smollm2.md, Known limitations), so two correct implementations can
+        // call such a step either way; anywhere else a divergence fails the test.
+        let k = ours_agree;
+        let ref_margin_at_k = [Some(r), other]
+            .into_iter()
+            .flatten()
+            .filter_map(|rr| rr.margin.get(k).copied())
+            .fold(f32::INFINITY, f32::min);
+        let near_tie =
+            k < our_margin.len() && our_margin[k] < NEAR_TIE && ref_margin_at_k < NEAR_TIE;
+        if ours_agree < refs_agree && near_tie {
+            eprintln!(
+                "{alias} prompt {i}: KNOWN LIMITATION: greedy agreement {ours_agree} < the references' {refs_agree}; \
+                 the first differing step is a near-tie (our top-2 margin {:.4}, the references' {:.4})",
+                our_margin[k], ref_margin_at_k
+            );
+        } else if ours_agree < refs_agree {
             failures.push(format!(
                 "prompt {i}: greedy agreement {ours_agree} < the references' {refs_agree} (ours {ours:?}, numpy {:?}, margins {:?})",
                 r.tokens, r.margin
