@@ -2,7 +2,8 @@
 //! Do not edit; `tests/cuda_artifacts.rs` checks this against `kernels/`.
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
-pub const SOURCE_SET_HASH: &str = "62f1ab4d2f2c2f138455e163f305d2ba64afbaa1be12c1c32a2a209e9406265a";
+pub const SOURCE_SET_HASH: &str =
+    "62f1ab4d2f2c2f138455e163f305d2ba64afbaa1be12c1c32a2a209e9406265a";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,7 +22,13 @@ pub enum ModuleId {
 
 impl ModuleId {
     /// Every module.
-    pub const ALL: &'static [ModuleId] = &[ModuleId::Argmax, ModuleId::Attention, ModuleId::Elementwise, ModuleId::Gemv, ModuleId::Norm];
+    pub const ALL: &'static [ModuleId] = &[
+        ModuleId::Argmax,
+        ModuleId::Attention,
+        ModuleId::Elementwise,
+        ModuleId::Gemv,
+        ModuleId::Norm,
+    ];
 
     /// Source file stem.
     pub fn name(self) -> &'static str {

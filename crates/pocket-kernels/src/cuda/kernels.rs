@@ -121,6 +121,12 @@ pub enum Q8Gemv {
 }
 
 impl Q8Gemv {
+    /// Whether the one-row GEMV should stay on the warp-per-row kernel: Q3_K, whose 2-byte
+    /// loads ran slower in the multi-row layout on the H200 (run 8: 32.4 vs 38.0 us at 14336x4096).
+    pub fn prefers_warp_per_row(self) -> bool {
+        matches!(self, Q8Gemv::Q3_K)
+    }
+
     /// Whether the opt-in fused variant (`gemv_q8s_*`, `POCKET_GEMV=fused`) exists: only for the
     /// five formats it was measured with.
     pub fn has_fused(self) -> bool {

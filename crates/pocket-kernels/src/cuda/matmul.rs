@@ -212,7 +212,7 @@ fn gemv(
                 }
             }
             drop(cache);
-            if m == 1 && !warp_per_row() {
+            if m == 1 && !warp_per_row() && !q.prefers_warp_per_row() {
                 return be.launch(
                     OP,
                     Kernel::GemvQ8Rows(q),
