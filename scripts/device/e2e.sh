@@ -3,7 +3,8 @@
 # on synthetic checkpoints of the real models' shapes and formats, then the issue-7 bench set side
 # by side with llama.cpp's llama-bench built on the machine from the carried source tarball
 # (.cache/llamacpp/llama.cpp-*.tar.xz, llama-cpp-python 0.3.36's vendored llama.cpp 0c1e57098).
-# Usage, from the repository root on the GPU machine: bash bundle/e2e.sh [parity|bench|all]
+# Usage, from the repository root on the GPU machine:
+#   setsid bash bundle/e2e.sh build-llama &   (then) bash bundle/e2e.sh synth|parity|bench|all
 set -uo pipefail
 BUNDLE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$BUNDLE/.." && pwd)"
@@ -17,16 +18,28 @@ VOCAB="$BUNDLE/vocab"
 LOG="$OUT/e2e.log"
 : >"$LOG"
 
-# llama.cpp's CUDA build runs on the CPUs while the GPU does parity.
+# llama.cpp's CUDA build runs on the CPUs while the GPU works; `build-llama` is meant to be started
+# in the background (setsid) at the start of a run, and `bench` waits for its marker file.
 LLAMA_BENCH=/tmp/llama.cpp/build/bin/llama-bench
-tarball=$(ls "$ROOT"/.cache/llamacpp/llama.cpp-*.tar.xz 2>/dev/null | head -n 1)
-if [ "$WHAT" != parity ] && [ -n "$tarball" ] && [ ! -x "$LLAMA_BENCH" ]; then
+if [ "$WHAT" = build-llama ]; then
+  tarball=$(ls "$ROOT"/.cache/llamacpp/llama.cpp-*.tar.xz 2>/dev/null | head -n 1)
+  [ -n "$tarball" ] || { echo "no llama.cpp tarball under .cache/llamacpp" >/tmp/llama-build.done; exit 1; }
   ( cd /tmp && tar -xJf "$tarball" && cd llama.cpp &&
     cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA_ALL_QUANTS=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
       -DCMAKE_BUILD_TYPE=Release >/tmp/llama-cmake.log 2>&1 &&
-    cmake --build build --target llama-bench -j "$(nproc)" >/tmp/llama-build.log 2>&1 ) &
-  build_pid=$!
+    cmake --build build --target llama-bench -j "$(nproc)" >/tmp/llama-build.log 2>&1 )
+  echo "rc=$?" >/tmp/llama-build.done
+  exit 0
+fi
+
+if [ "$WHAT" = synth ]; then
+  for spec in smollm-135m:q4_1 qwen2.5-0.5b:q4_k_m llama3-8b:q4_0 llama3-8b:q4_k_m llama3-8b:q8_0; do
+    f="/tmp/pocket-synth/${spec/:/-}.gguf"
+    [ -e "$f" ] || "$BENCH" synth "${spec%%:*}" "${spec##*:}" --out "$f" --vocab-dir "$VOCAB" >>"$LOG" 2>&1
+  done
+  ls -la /tmp/pocket-synth
+  exit 0
 fi
 
 summary=()
@@ -42,12 +55,12 @@ if [ "$WHAT" != bench ]; then
 fi
 
 if [ "$WHAT" != parity ]; then
-  if [ -n "${build_pid:-}" ]; then wait "$build_pid"; fi
+  for _ in $(seq 1 ${LLAMA_WAIT_S:-420}); do [ -e /tmp/llama-build.done ] && break; sleep 1; done
   cmp=()
   if [ -x "$LLAMA_BENCH" ]; then cmp=(--compare-llama-bench "$LLAMA_BENCH"); else
     echo "llama-bench not built; see /tmp/llama-build.log" | tee -a "$LOG"; tail -n 20 /tmp/llama-build.log 2>/dev/null; fi
   "$BENCH" set cuda --device cuda --reps 3 "${cmp[@]}" --record-dir "$OUT/records" \
-    --synth-dir /tmp/pocket-synth --vocab-dir "$VOCAB" --delete-after >"$OUT/bench.txt" 2>>"$LOG"
+    --synth-dir /tmp/pocket-synth --vocab-dir "$VOCAB" >"$OUT/bench.txt" 2>>"$LOG"
   echo "bench set rc=$?" >>"$LOG"
 fi
 
