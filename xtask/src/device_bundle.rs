@@ -44,12 +44,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     // The end-to-end tools: pocket-bench generates synthetic models on the GPU machine (nothing
     // large can travel there) and runs parity and benchmarks; it needs llama.cpp vocabularies.
-    let bench = cargo_json(&root, &["build", "--release", "-p", "pocket-bench", "--bins"])?;
-    built.extend(bench.into_iter().filter(|(n, _)| n == "pocket-bench"));
+    let bench = cargo_json(
+        &root,
+        &["build", "--release", "-p", "pocket-bench", "--bins"],
+    )?;
+    built.extend(
+        bench
+            .into_iter()
+            .filter(|(n, _)| n == "pocket_bench")
+            .map(|(_, e)| ("pocket-bench".to_string(), e)),
+    );
     let vocab = bundle.join("vocab");
     std::fs::create_dir_all(&vocab).map_err(|e| e.to_string())?;
     let shared = root.join("../shared/data/tokenizer-vectors");
-    for f in ["ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf"] {
+    for f in [
+        "ggml-vocab-gpt-2.gguf",
+        "ggml-vocab-llama-bpe.gguf",
+        "ggml-vocab-qwen2.gguf",
+    ] {
         std::fs::copy(shared.join(f), vocab.join(f)).map_err(|e| format!("{f}: {e}"))?;
     }
     for (name, exe) in &built {
@@ -58,8 +70,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let _ = Command::new("strip").arg(&dst).status();
     }
     for script in ["run.sh", "e2e.sh"] {
-        std::fs::copy(root.join("scripts/device").join(script), bundle.join(script))
-            .map_err(|e| format!("{script}: {e}"))?;
+        std::fs::copy(
+            root.join("scripts/device").join(script),
+            bundle.join(script),
+        )
+        .map_err(|e| format!("{script}: {e}"))?;
     }
     let mut listing = String::new();
     for (name, _) in &built {
