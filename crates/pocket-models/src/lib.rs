@@ -8,5 +8,8 @@ pub mod sampling;
 pub mod store;
 pub mod tokenizer;
 
-pub use engine::{Engine, EngineBuilder, FinishReason, GenerateParams, Generation, TokenEvent};
+pub use engine::{
+    Engine, EngineBuilder, FinishReason, GenerateParams, Generation, GenerationStream, StreamEvent,
+    TokenEvent, Usage,
+};
 pub use model::Model;

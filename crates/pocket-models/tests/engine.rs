@@ -131,3 +131,44 @@ fn context_limit_ends_with_length() {
         "the last token is sampled but never cached"
     );
 }
+
+#[test]
+fn stream_yields_transformers_greedy_then_usage_and_drop_cancels() {
+    let mut e = engine("llama");
+    let total = e.cache().free_blocks();
+    for (prompt, want) in reference("llama") {
+        let n_prompt = prompt.len();
+        let events: Vec<_> = e
+            .generate_stream(prompt, greedy(want.len()))
+            .unwrap()
+            .map(|ev| ev.unwrap())
+            .collect();
+        let ids: Vec<u32> = events.iter().filter_map(|ev| ev.token).collect();
+        assert_eq!(ids, want, "streamed greedy tokens equal transformers'");
+        let last = events.last().unwrap();
+        assert_eq!(last.finish, Some(FinishReason::Length));
+        let usage = last.usage.expect("usage on the last event");
+        assert_eq!(usage.prompt_tokens, n_prompt);
+        assert_eq!(usage.completion_tokens, want.len());
+        assert!(events[..events.len() - 1]
+            .iter()
+            .all(|ev| ev.usage.is_none()));
+    }
+    assert_eq!(
+        e.cache().free_blocks(),
+        total,
+        "finished streams free their blocks"
+    );
+    // Abandoning a stream after one event cancels the request.
+    let (prompt, _) = reference("llama").remove(0);
+    {
+        let mut s = e.generate_stream(prompt, greedy(50)).unwrap();
+        assert!(s.next().unwrap().unwrap().token.is_some());
+    }
+    assert_eq!(e.active(), 0, "dropped stream cancelled its sequence");
+    assert_eq!(
+        e.cache().free_blocks(),
+        total,
+        "dropped stream freed its blocks"
+    );
+}

@@ -9,12 +9,14 @@ mod builder;
 mod error;
 mod sequence;
 mod step;
+mod stream;
 
 use std::collections::BTreeMap;
 
 pub use builder::EngineBuilder;
 pub use error::{EngineError, Result};
 pub use sequence::{FinishReason, GenerateParams, TokenEvent};
+pub use stream::{GenerationStream, StreamEvent, Usage};
 
 use crate::chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 use crate::model::{KvCache, Model, SeqId};
