@@ -155,6 +155,9 @@ def write_grids():
             lines.append("    " + " ".join(f"0x{v:0{digits}x}," for v in vals[i:i + per_line]))
         body = GRID_HEADER.format(doc=doc, ggml=const.lower(), cls=cls.__name__)
         body += f"/// The `{const.lower()}` table: entry i holds {width} bytes, element k in byte k.\n"
+        # rustfmt would put every u64 literal on a line of its own (2048 lines for IQ1_S); the
+        # table is data, so keep it packed.
+        body += "#[rustfmt::skip]\n"
         body += f"pub(crate) static {const}: [{ty}; {len(vals)}] = [\n" + "\n".join(lines) + "\n];\n"
         with open(os.path.join(GRIDS, mod + ".rs"), "w") as f:
             f.write(body)
