@@ -1,0 +1,61 @@
+//! Helpers shared by the op test files: a deterministic generator, upload/read shorthands and a
+//! tolerance check that names the worst element.
+#![allow(dead_code)]
+
+use pocket_kernels::{Device, Tensor};
+
+/// A small deterministic generator (xorshift64*), so tests need no extra crates.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+pub fn up(d: &Device, data: &[f32], shape: &[usize]) -> Tensor {
+    d.upload_f32(data, shape).unwrap()
+}
+
+pub fn up_u32(d: &Device, data: &[u32], shape: &[usize]) -> Tensor {
+    d.upload_u32(data, shape).unwrap()
+}
+
+pub fn read(d: &Device, t: &Tensor) -> Vec<f32> {
+    d.read_f32(t).unwrap()
+}
+
+/// Asserts `|got - want| <= atol + rtol * |want|` elementwise, naming the worst element.
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64, rtol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = (0usize, 0.0f64);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs() - (atol + rtol * w.abs());
+        if err > worst.1 || g.is_nan() {
+            worst = (i, if g.is_nan() { f64::INFINITY } else { err });
+        }
+    }
+    let i = worst.0;
+    assert!(
+        worst.1 <= 0.0,
+        "{what}: element {i}: got {}, want {} (atol {atol}, rtol {rtol})",
+        got[i],
+        want[i]
+    );
+}
