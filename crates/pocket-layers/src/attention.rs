@@ -1,5 +1,6 @@
 //! The GQA self-attention block: Q/K/V projections (optional bias), optional per-head QK-norm,
-//! RoPE, the paged-cache write, attention and the output projection.
+//! RoPE, the paged-cache write, attention, an optional sigmoid output gate (Qwen3.5/Qwen3-Next:
+//! the query projection yields `[query | gate]` per head) and the output projection.
 
 use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::{AttentionParams, Device, Tensor};
@@ -10,7 +11,8 @@ use crate::{KvCache, LayerError, Linear, Result, RmsNorm};
 
 /// One attention layer.
 pub struct Attention {
-    /// `[heads * head_dim, hidden]`.
+    /// `[heads * head_dim, hidden]`, or `[heads * 2 * head_dim, hidden]` with an output gate
+    /// (per head, `head_dim` query rows then `head_dim` gate rows).
     pub q: Linear,
     /// `[kv_heads * head_dim, hidden]`.
     pub k: Linear,
@@ -22,6 +24,9 @@ pub struct Attention {
     pub q_norm: Option<RmsNorm>,
     /// Per-head RMSNorm of the keys (Qwen3), applied before RoPE.
     pub k_norm: Option<RmsNorm>,
+    /// Whether the query projection also yields an output gate: `attn * sigmoid(gate)` goes into
+    /// the output projection.
+    pub output_gate: bool,
     /// Heads, scale, window and softcap.
     pub params: AttentionParams,
     /// Index of this layer's K/V tensors in the cache.
@@ -30,6 +35,8 @@ pub struct Attention {
 
 /// Intermediate activations of [`Attention::forward`], reused across steps.
 pub struct AttentionScratch {
+    /// `[query | gate]` rows and the split-off gates, for gated layers only.
+    gated: Option<(Tensor, Tensor)>,
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -42,12 +49,21 @@ impl AttentionScratch {
     pub fn new(dev: &Device, rows: usize, p: &AttentionParams) -> Result<Self> {
         let (qw, kw) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         Ok(AttentionScratch {
+            gated: None,
             q: workspace(dev, rows, qw)?,
             k: workspace(dev, rows, kw)?,
             v: workspace(dev, rows, kw)?,
             normed: workspace(dev, rows, qw)?,
             out: workspace(dev, rows, qw)?,
         })
+    }
+
+    /// Workspaces for a layer with an output gate.
+    pub fn new_gated(dev: &Device, rows: usize, p: &AttentionParams) -> Result<Self> {
+        let qw = p.num_heads * p.head_dim;
+        let mut s = Self::new(dev, rows, p)?;
+        s.gated = Some((workspace(dev, rows, 2 * qw)?, workspace(dev, rows, qw)?));
+        Ok(s)
     }
 }
 
@@ -56,7 +72,8 @@ impl Attention {
     pub fn validate(&self) -> Result<()> {
         let p = &self.params;
         let (qw, kw) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
-        let ok = self.q.out_features() == qw
+        let q_rows = if self.output_gate { 2 * qw } else { qw };
+        let ok = self.q.out_features() == q_rows
             && self.k.out_features() == kw
             && self.v.out_features() == kw
             && self.o.in_features() == qw
@@ -100,7 +117,26 @@ impl Attention {
             view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
             fit(dev, t, n)?;
         }
-        self.q.forward(dev, x, &mut s.q)?;
+        if self.output_gate {
+            let Some((qg, gate)) = s.gated.as_mut() else {
+                return Err(LayerError::Shape(format!(
+                    "attention layer {}: gated layer given ungated scratch (use AttentionScratch::new_gated)",
+                    self.cache_layer
+                )));
+            };
+            view(qg, &[qg.capacity() / (2 * h * hd), 2 * h * hd])?;
+            fit(dev, qg, n)?;
+            view(gate, &[gate.capacity() / (h * hd), h * hd])?;
+            fit(dev, gate, n)?;
+            self.q.forward(dev, x, qg)?;
+            // Each head's row is [query | gate]: split them.
+            view(qg, &[n * h, 2 * hd])?;
+            view(&mut s.q, &[n * h, hd])?;
+            view(gate, &[n * h, hd])?;
+            dev.split_halves(qg, &mut s.q, gate)?;
+        } else {
+            self.q.forward(dev, x, &mut s.q)?;
+        }
         self.k.forward(dev, x, &mut s.k)?;
         self.v.forward(dev, x, &mut s.v)?;
         if let Some(norm) = &self.q_norm {
@@ -125,6 +161,10 @@ impl Attention {
         view(&mut s.out, &[n, h, hd])?;
         dev.attention(&s.q, kc, vc, &batch.meta, p, &mut s.out)?;
         view(&mut s.out, &[n, h * hd])?;
+        if let (true, Some((_, gate))) = (self.output_gate, s.gated.as_mut()) {
+            view(gate, &[n, h * hd])?;
+            dev.sigmoid_mul(&mut s.out, gate)?;
+        }
         self.o.forward(dev, &s.out, out)
     }
 }

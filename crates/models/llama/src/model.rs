@@ -122,6 +122,7 @@ impl LlamaModel {
                 } else {
                     None
                 },
+                output_gate: false,
                 k_norm: if c.qk_norm {
                     Some(norm(ld.layer_name(l, Part::KNorm, false), c.head_dim)?)
                 } else {

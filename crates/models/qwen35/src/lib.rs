@@ -2,9 +2,9 @@
 //! of Gated DeltaNet and gated full-attention blocks with dense SwiGLU MLPs, loaded from Hugging
 //! Face safetensors (BF16, or FP8 E4M3 with 128x128 block scales) or llama.cpp's `qwen35` GGUF.
 //! The recurrent state of the DeltaNet layers lives in a per-sequence state cache beside the
-//! paged KV cache of the attention layers. Vision towers and MTP heads are skipped.
+//! paged KV cache of the attention layers (pocket-layers' `Attention` with its output gate on).
+//! Vision towers and MTP heads are skipped.
 
-pub mod attention;
 pub mod config;
 pub mod load;
 pub mod model;

@@ -14,9 +14,9 @@ use pocket_layers::{
     MlpScratch, Model, ModelInfo, Result, RmsNorm, SeqId, StateBatch, StateCache, StateCacheConfig,
 };
 
-use crate::attention::{GatedAttention, GatedAttentionScratch};
 use crate::config::{LayerKind, Qwen35Config};
 use crate::load::{Loader, Naming, Part};
+use pocket_layers::{Attention, AttentionScratch};
 
 /// Options that shape a load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ impl Default for LoadOptions {
 /// A block's token mixer.
 enum Mixer {
     Linear(Box<GatedDeltaNet>),
-    Full(Box<GatedAttention>),
+    Full(Box<Attention>),
 }
 
 /// One decoder block.
@@ -59,7 +59,7 @@ struct Workspace {
     delta: Tensor,
     last: Tensor,
     logits: Tensor,
-    attn: Option<GatedAttentionScratch>,
+    attn: Option<AttentionScratch>,
     deltanet: Option<DeltaNetScratch>,
     mlp: MlpScratch,
 }
@@ -166,13 +166,15 @@ impl Qwen35Model {
         for (l, kind) in c.layers.iter().enumerate() {
             let mixer = match kind {
                 LayerKind::Full => {
-                    let a = GatedAttention {
+                    // Gated attention: `[query | gate]` per head from one projection.
+                    let a = Attention {
                         q: linear(l, Part::Q, 2 * qw, h)?,
                         k: linear(l, Part::K, kw, h)?,
                         v: linear(l, Part::V, kw, h)?,
                         o: linear(l, Part::O, h, qw)?,
-                        q_norm: norm(&ld.layer_name(l, Part::QNorm), c.head_dim)?,
-                        k_norm: norm(&ld.layer_name(l, Part::KNorm), c.head_dim)?,
+                        q_norm: Some(norm(&ld.layer_name(l, Part::QNorm), c.head_dim)?),
+                        k_norm: Some(norm(&ld.layer_name(l, Part::KNorm), c.head_dim)?),
+                        output_gate: true,
                         params: attn_params,
                         cache_layer: n_full,
                     };
@@ -250,7 +252,7 @@ impl Qwen35Model {
             last: workspace(dev, rows, h)?,
             logits: workspace(dev, rows, c.vocab_size)?,
             attn: if n_full > 0 {
-                Some(GatedAttentionScratch::new(dev, rows, &attn_params)?)
+                Some(AttentionScratch::new_gated(dev, rows, &attn_params)?)
             } else {
                 None
             },
