@@ -3,12 +3,21 @@
 
     python scripts/quant_fixtures.py            # writes crates/pocket-quant/tests/data/*
     python scripts/quant_fixtures.py --grids    # (re)writes crates/pocket-quant/src/grids/*.rs
+    python scripts/quant_fixtures.py --ggml [LIB] # K-quant quantizer fixtures (see below)
 
 Fixtures: for every GGUF type gguf-py dequantizes, random blocks (with their scale fields set
 deliberately to finite, moderate f16 values) and gguf-py's `dequantize` output; for every type it
 quantizes, random f32 input and gguf-py's `quantize` bytes. Each case is a raw .bin pair listed in
 index.json. Deterministic (fixed seed).
+
+gguf-py 0.19.0 does not quantize the K-quants (Q2_K..Q6_K). For those, `--ggml` calls llama.cpp's
+reference quantizers `quantize_row_qN_K_ref` in a CPU build of ggml's `libggml-base.so` through
+ctypes (default /tmp/lcpp/build-cpu/bin/libggml-base.so; the functions are byte-identical in the
+vendored llama.cpp of llama-cpp-python 0.3.36 and in .cache/llamacpp/llama.cpp-0c1e570) and writes
+their bytes as `<type>.ggmlref.*` cases listed in ggml_index.json (its own seed, so the gguf-py
+cases are unaffected).
 """
+import ctypes
 import json
 import os
 import sys
@@ -164,8 +173,56 @@ def write_grids():
     print(f"wrote grids to {GRIDS}")
 
 
+GGML_REF_TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+DEFAULT_GGML_LIB = "/tmp/lcpp/build-cpu/bin/libggml-base.so"
+
+
+def ggml_ref_input(rng, n):
+    """Gaussian blocks at spread scales, plus the quantizers' special cases: an all-zero block,
+    a constant block, an all-positive block (min clamps to 0), an all-negative block, a block with
+    one large outlier, and a block of tiny values (f16 scale underflow)."""
+    x = quant_input(rng, "Q4_K", n)
+    blocks = x.reshape(-1, 256)
+    blocks[2] = np.abs(blocks[2]) + 0.5
+    blocks[3] = -np.abs(blocks[3]) - 0.25
+    blocks[4, 17] = 40.0 * np.abs(blocks[4]).max()
+    blocks[5] = blocks[5] * np.float32(1e-7)
+    return blocks.reshape(-1).astype(np.float32)
+
+
+def write_ggml_fixtures(lib_path):
+    lib = ctypes.CDLL(lib_path)
+    rng = np.random.default_rng(20261130)
+    index = []
+    for name in GGML_REF_TYPES:
+        bs, ts = gguf.GGML_QUANT_SIZES[T[name]]
+        n_el = 256 * 32
+        x = ggml_ref_input(rng, n_el)
+        out = np.zeros(n_el // bs * ts, dtype=np.uint8)
+        fn = getattr(lib, f"quantize_row_{name[:2].lower()}_K_ref")
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        fn.restype = None
+        fn(x.ctypes.data, out.ctypes.data, n_el)
+        # cross-check: gguf-py dequantizes what ggml quantized to something near the input
+        deq = q.dequantize(out, T[name]).astype(np.float32).reshape(-1)
+        assert deq.size == n_el and np.all(np.isfinite(deq)), name
+        base = f"{name.lower()}.ggmlref"
+        x.tofile(os.path.join(DATA, base + ".in.bin"))
+        out.tofile(os.path.join(DATA, base + ".out.bin"))
+        index.append({"type": name, "op": "quantize", "elements": n_el,
+                      "input": base + ".in.bin", "output": base + ".out.bin"})
+    with open(os.path.join(DATA, "ggml_index.json"), "w") as f:
+        json.dump({"generator": "scripts/quant_fixtures.py --ggml",
+                   "reference": "llama.cpp ggml-quants.c quantize_row_qN_K_ref via ctypes",
+                   "library": os.path.basename(lib_path), "cases": index}, f, indent=1)
+    print(f"wrote {len(index)} ggml reference cases to {DATA}")
+
+
 if __name__ == "__main__":
     if "--grids" in sys.argv:
         write_grids()
+    elif "--ggml" in sys.argv:
+        i = sys.argv.index("--ggml")
+        write_ggml_fixtures(sys.argv[i + 1] if len(sys.argv) > i + 1 else DEFAULT_GGML_LIB)
     else:
         write_fixtures()

@@ -2,7 +2,7 @@
 
 use crate::dot::{scalar, Kernel};
 use crate::error::{QuantError, Result};
-use crate::formats::{float, fp4, fp8, iq4, iquants, kquants, legacy, ternary};
+use crate::formats::{float, fp4, fp8, iq4, iquants, kquants, kquants_quant, legacy, ternary};
 use pocket_formats::ggml_type::GgmlType;
 
 /// Every weight/activation format the engine can hold, GGUF and safetensors-native alike.
@@ -197,7 +197,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 84,
                 A8K,
                 Some(kquants::dequant_q2_k),
-                None,
+                Some(kquants_quant::quant_q2_k),
                 Some(Kernel::Q8K(scalar::dot_q2_k))
             ),
             G::Q3_K => s!(
@@ -206,7 +206,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 110,
                 A8K,
                 Some(kquants::dequant_q3_k),
-                None,
+                Some(kquants_quant::quant_q3_k),
                 Some(Kernel::Q8K(scalar::dot_q3_k))
             ),
             G::Q4_K => s!(
@@ -215,7 +215,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 144,
                 A8K,
                 Some(kquants::dequant_q4_k),
-                None,
+                Some(kquants_quant::quant_q4_k),
                 Some(Kernel::Q8K(scalar::dot_q4_k))
             ),
             G::Q5_K => s!(
@@ -224,7 +224,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 176,
                 A8K,
                 Some(kquants::dequant_q5_k),
-                None,
+                Some(kquants_quant::quant_q5_k),
                 Some(Kernel::Q8K(scalar::dot_q5_k))
             ),
             G::Q6_K => s!(
@@ -233,7 +233,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 210,
                 A8K,
                 Some(kquants::dequant_q6_k),
-                None,
+                Some(kquants_quant::quant_q6_k),
                 Some(Kernel::Q8K(scalar::dot_q6_k))
             ),
             G::Q8_K => s!(

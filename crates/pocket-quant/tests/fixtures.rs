@@ -78,3 +78,36 @@ fn quantize_matches_gguf_py_bytes() {
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(checked >= 10, "only {checked} quantize cases");
 }
+
+/// gguf-py does not quantize the K-quants; their quantizers follow llama.cpp's
+/// `quantize_row_qN_K_ref`, whose bytes `scripts/quant_fixtures.py --ggml` recorded by calling the
+/// C functions (ggml-base, built without FMA) through ctypes. Inputs include an all-zero, a
+/// constant, an all-positive, an all-negative, an outlier and a tiny-valued block.
+#[test]
+fn k_quantizers_match_llama_cpp_bytes() {
+    let text = std::fs::read_to_string(data_dir().join("ggml_index.json")).expect("ggml index");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("index json");
+    let mut checked = Vec::new();
+    let mut failures = Vec::new();
+    for c in v["cases"].as_array().expect("cases") {
+        let name = c["type"].as_str().unwrap();
+        let t = GgmlType::from_name(name).expect("known type");
+        let input = f32s(&read(c["input"].as_str().unwrap()));
+        let want = read(c["output"].as_str().unwrap());
+        let got = quantize(QuantFormat::Ggml(t), &input).expect("quantize");
+        assert_eq!(got.len(), want.len(), "{name}");
+        let bb = QuantFormat::Ggml(t).block_bytes();
+        if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            failures.push(format!(
+                "{name}: block {} byte {}: got {:#x} want {:#x}",
+                i / bb,
+                i % bb,
+                got[i],
+                want[i]
+            ));
+        }
+        checked.push(name.to_string());
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(checked, ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]);
+}

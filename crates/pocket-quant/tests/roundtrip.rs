@@ -157,6 +157,39 @@ proptest! {
         prop_assert!(max_err(&x, &y) <= bound, "{f}: {} > {bound}", max_err(&x, &y));
     }
 
+    /// The K-quant quantizers (llama.cpp's reference semantics; bytes checked in fixtures.rs) fit
+    /// every 16/32-element group with its own scale, so their RMS error over a super-block stays
+    /// below half a step of the coarsest uniform grid spanning the super-block: (max - min) / nmax
+    /// for the asymmetric Q2_K/Q4_K/Q5_K, 2 * amax / (2 * nmax) for the symmetric Q3_K/Q6_K.
+    /// A layout or scale-packing bug puts values in the wrong place and errors of whole ranges.
+    #[test]
+    fn k_quants_round_trip_within_half_a_step(
+        x in prop::collection::vec(-1.0f32..1.0, 512),
+        scale in prop::sample::select(vec![1e-3f32, 0.5, 7.0, 300.0]),
+        offset in prop::sample::select(vec![0.0f32, 0.3, -0.8]),
+        ti in 0usize..5,
+    ) {
+        let (t, nmax, symmetric) = [
+            (GgmlType::Q2_K, 3.0f32, false),
+            (GgmlType::Q3_K, 4.0, true),
+            (GgmlType::Q4_K, 15.0, false),
+            (GgmlType::Q5_K, 31.0, false),
+            (GgmlType::Q6_K, 32.0, true),
+        ][ti];
+        let f = QuantFormat::Ggml(t);
+        let x: Vec<f32> = x.iter().map(|v| (v + offset) * scale).collect();
+        let b = quantize(f, &x).unwrap();
+        prop_assert_eq!(b.len(), 2 * f.block_bytes());
+        let mut y = vec![0.0f32; 512];
+        dequantize(f, &b, &mut y).unwrap();
+        for (xc, yc) in x.chunks(256).zip(y.chunks(256)) {
+            let (lo, hi) = xc.iter().fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+            let step = if symmetric { lo.abs().max(hi.abs()) / nmax } else { (hi - lo.min(0.0)) / nmax };
+            let mse: f64 = xc.iter().zip(yc).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>() / 256.0;
+            prop_assert!(mse.sqrt() <= 0.5 * step as f64, "{}: rmse {} > half step {}", f, mse.sqrt(), 0.5 * step);
+        }
+    }
+
     #[test]
     fn malformed_buffers_are_errors_not_panics(len in 0usize..400, ti in 0usize..34) {
         let t = GgmlType::all().nth(ti).unwrap();
@@ -189,7 +222,7 @@ fn typed_errors() {
         Err(QuantError::NotBlockMultiple { .. })
     ));
     assert!(matches!(
-        quantize(QuantFormat::Ggml(GgmlType::Q4_K), &[0.0; 256]),
+        quantize(QuantFormat::Ggml(GgmlType::IQ2_XXS), &[0.0; 256]),
         Err(QuantError::NoQuantizer(_))
     ));
     assert!(matches!(

@@ -6,5 +6,6 @@ pub(crate) mod fp8;
 pub(crate) mod iq4;
 pub(crate) mod iquants;
 pub(crate) mod kquants;
+pub(crate) mod kquants_quant;
 pub(crate) mod legacy;
 pub(crate) mod ternary;
