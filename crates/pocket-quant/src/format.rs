@@ -1,6 +1,6 @@
 //! [`QuantFormat`]: the one place a format is defined (geometry, activation pairing, codecs, dots).
 
-use crate::dot::{scalar, Kernel};
+use crate::dot::{scalar, scalar_iq, Kernel};
 use crate::error::{QuantError, Result};
 use crate::formats::{float, fp4, fp8, iq4, iquants, kquants, kquants_quant, legacy, ternary};
 use pocket_formats::ggml_type::GgmlType;
@@ -252,7 +252,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq2_xxs),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq2_xxs))
             ),
             G::IQ2_XS => s!(
                 "IQ2_XS",
@@ -261,7 +261,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq2_xs),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq2_xs))
             ),
             G::IQ2_S => s!(
                 "IQ2_S",
@@ -270,7 +270,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq2_s),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq2_s))
             ),
             G::IQ3_XXS => s!(
                 "IQ3_XXS",
@@ -279,7 +279,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq3_xxs),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq3_xxs))
             ),
             G::IQ3_S => s!(
                 "IQ3_S",
@@ -288,7 +288,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq3_s),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq3_s))
             ),
             G::IQ1_S => s!(
                 "IQ1_S",
@@ -297,7 +297,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq1_s),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq1_s))
             ),
             G::IQ1_M => s!(
                 "IQ1_M",
@@ -306,7 +306,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(iquants::dequant_iq1_m),
                 None,
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_iq1_m))
             ),
             G::IQ4_NL => s!(
                 "IQ4_NL",
@@ -333,7 +333,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(ternary::dequant_tq1_0),
                 Some(ternary::quant_tq1_0),
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_tq1_0))
             ),
             G::TQ2_0 => s!(
                 "TQ2_0",
@@ -342,7 +342,7 @@ fn spec_of(f: QuantFormat) -> &'static Spec {
                 A8K,
                 Some(ternary::dequant_tq2_0),
                 Some(ternary::quant_tq2_0),
-                None
+                Some(Kernel::Q8K(scalar_iq::dot_tq2_0))
             ),
             G::MXFP4 => s!(
                 "MXFP4",

@@ -3,6 +3,7 @@
 use crate::act::{BlockQ8, BlockQ8K};
 
 pub(crate) mod scalar;
+pub(crate) mod scalar_iq;
 
 /// A row kernel: (weight row data, weight row companion scales, activations) -> dot.
 #[derive(Clone, Copy)]
@@ -14,3 +15,6 @@ pub(crate) enum Kernel {
     /// Against 256-element int8 super-blocks.
     Q8K(fn(&[u8], &[u8], &[BlockQ8K]) -> f32),
 }
+
+#[cfg(test)]
+mod tests;
