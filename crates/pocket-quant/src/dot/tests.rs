@@ -26,7 +26,7 @@ impl Rng {
     /// A finite f16 of magnitude 2^-10 .. 2^2 with either sign.
     fn f16(&mut self) -> [u8; 2] {
         let mag = 2f32.powi(-((self.next() % 12) as i32)) * (1.0 + self.f32().abs());
-        let v = if self.next() % 2 == 0 { mag } else { -mag };
+        let v = if self.next().is_multiple_of(2) { mag } else { -mag };
         half::f16::from_f32(v).to_le_bytes()
     }
 }
