@@ -11,6 +11,20 @@ For each architecture this writes crates/models/llama/tests/data/<arch>/:
 
 Needs transformers==5.17.0, torch (CPU is enough), gguf==0.19.0 and numpy. Not run by CI; its
 outputs are committed.
+
+Two more fixtures exercise features the three above leave unused (smaller: hidden 128, head_dim 32):
+  llama3_rope/   Llama with Llama-3.1 RoPE scaling (rope_type llama3, original_max_position_embeddings
+                 32, factor 8): the long prompt runs to position 55, past the original context, and
+                 the head's frequencies cover all three regimes (kept, divided by factor, smoothed).
+  qwen2_swa/     Qwen2 with use_sliding_window, sliding_window 8, max_window_layers 1: transformers
+                 makes layer_types[i] "sliding_attention" for i >= max_window_layers, so layer 1
+                 attends to the last 8 positions and layer 0 to all; the long prompt has 20 tokens.
+For these, reference.json also records `control`: the max |logit difference| of the same weights
+with the feature turned off (rope_type default / use_sliding_window false), which shows that the
+fixture depends on the feature, and `cache_vs_forward`: transformers' cached greedy logits against
+one uncached forward over prompt + tokens (a self-check of the reference).
+
+Usage: hf_parity.py [fixture ...] (default: all). Regenerating one fixture leaves the others alone.
 """
 
 import json
@@ -40,13 +54,35 @@ COMMON = dict(
     eos_token_id=2,
 )
 
+SMALL = dict(COMMON, hidden_size=128, head_dim=32)
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+# name: (config class, model class, config, seed, prompts, Q8_0 reference?, control config changes)
 MODELS = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
-              dict(tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+              dict(COMMON, tie_word_embeddings=False,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              1234, PROMPTS, True, None),
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
-              dict(tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+              dict(COMMON, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              1235, PROMPTS, True, None),
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
-              dict(tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+              dict(COMMON, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              1236, PROMPTS, True, None),
+    "llama3_rope": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+                    dict(SMALL, tie_word_embeddings=False, rope_parameters=LLAMA3_ROPE),
+                    1237, [[(5 * i + 3) % 126 + 1 for i in range(48)], [1, 5, 77, 31, 110]], False,
+                    dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "qwen2_swa": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                  dict(SMALL, tie_word_embeddings=True, use_sliding_window=True, sliding_window=8,
+                       max_window_layers=1,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+                  1238, [[(11 * i + 7) % 126 + 1 for i in range(20)], [1, 5, 77, 31, 110]], False,
+                  dict(use_sliding_window=False)),
 }
 
 
@@ -100,32 +136,58 @@ def q8_0_roundtrip(model):
                 p.copy_(torch.from_numpy(quants.dequantize(q, GGMLQuantizationType.Q8_0)))
 
 
+def max_diff(a, b):
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
 def main():
+    names = sys.argv[1:] or list(MODELS)
     torch.manual_seed(0)
-    for i, (arch, (cfg_cls, model_cls, extra)) in enumerate(MODELS.items()):
-        cfg = cfg_cls(**COMMON, **extra)
+    for arch in names:
+        cfg_cls, model_cls, kwargs, seed, prompts, with_q8, control = MODELS[arch]
+        cfg = cfg_cls(**kwargs)
         cfg._attn_implementation = "eager"
         model = model_cls(cfg).float().eval()
-        randomize(model, 1234 + i)
+        randomize(model, seed)
         if cfg.tie_word_embeddings:
             model.tie_weights()
         d = os.path.join(OUT, arch)
         os.makedirs(d, exist_ok=True)
         ref = {"transformers": transformers.__version__, "torch": torch.__version__, "steps": STEPS, "cases": []}
-        for prompt in PROMPTS:
+        for prompt in prompts:
             tokens, logits = greedy_logits(model, prompt)
             ref["cases"].append({"prompt": prompt, "tokens": tokens,
                                  "logits": [l.tolist() for l in logits]})
-        q8 = model_cls(cfg).float().eval()
-        q8.load_state_dict(model.state_dict())
-        q8_0_roundtrip(q8)
-        for case in ref["cases"]:
-            case["logits_q8_0"] = [l.tolist() for l in forced_logits(q8, case["prompt"], case["tokens"])]
+            if control is not None:
+                forced = forced_logits(model, prompt, tokens)
+                diff = max_diff(forced, logits)
+                assert diff < 1e-4, f"{arch}: cached and uncached transformers differ by {diff}"
+                ref["cache_vs_forward"] = max(ref.get("cache_vs_forward", 0.0), diff)
+        if with_q8:
+            q8 = model_cls(cfg).float().eval()
+            q8.load_state_dict(model.state_dict())
+            q8_0_roundtrip(q8)
+            for case in ref["cases"]:
+                case["logits_q8_0"] = [l.tolist() for l in forced_logits(q8, case["prompt"], case["tokens"])]
+        if control is not None:
+            ccfg = cfg_cls(**dict(kwargs, **control))
+            ccfg._attn_implementation = "eager"
+            off = model_cls(ccfg).float().eval()
+            off.load_state_dict(model.state_dict())
+            worst = 0.0
+            for case in ref["cases"]:
+                got = forced_logits(off, case["prompt"], case["tokens"])
+                worst = max(worst, max_diff(got, [torch.tensor(l) for l in case["logits"]]))
+            ref["control"] = {"changes": control, "max_abs_diff": worst}
         model.half().save_pretrained(d)
+        gen = os.path.join(d, "generation_config.json")  # not read by the tests
+        if os.path.exists(gen):
+            os.remove(gen)
         with open(os.path.join(d, "reference.json"), "w") as f:
             json.dump(ref, f)
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
-        print(f"{arch}: {size / 1e6:.2f} MB, greedy {[c['tokens'] for c in ref['cases']]}", file=sys.stderr)
+        print(f"{arch}: {size / 1e6:.2f} MB, greedy {[c['tokens'] for c in ref['cases']]}, "
+              f"control {ref.get('control')}, cache_vs_forward {ref.get('cache_vs_forward')}", file=sys.stderr)
 
 
 if __name__ == "__main__":

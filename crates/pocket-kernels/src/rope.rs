@@ -157,11 +157,51 @@ impl RopeTable {
     /// Builds the table for positions `0..max_pos`.
     pub fn new(config: RopeConfig, max_pos: usize) -> RopeTable {
         let (freqs, mscale) = config.inv_freqs();
+        Self::from_freqs(config, max_pos, &freqs, mscale)
+    }
+
+    /// Builds the table with per-pair frequency factors, as llama.cpp applies a GGUF's
+    /// `rope_freqs.weight` (Llama-3.1's converter stores its llama3 scaling this way instead of
+    /// metadata): pair `i` rotates at `inv_freq[i] / factors[i]`, on top of `config.scaling`.
+    /// Fails unless there is one finite, positive factor per rotating pair.
+    pub fn with_freq_factors(
+        config: RopeConfig,
+        max_pos: usize,
+        factors: &[f32],
+    ) -> crate::Result<RopeTable> {
+        let (freqs, mscale) = config.inv_freqs();
+        if factors.len() != freqs.len() {
+            return Err(crate::error::shape_err(
+                "rope",
+                format!(
+                    "{} frequency factors for {} rotating pairs (rot_dim {})",
+                    factors.len(),
+                    freqs.len(),
+                    config.rot_dim
+                ),
+            ));
+        }
+        if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+            return Err(crate::error::shape_err(
+                "rope",
+                format!("frequency factor {bad} is not a positive number"),
+            ));
+        }
+        let scaled: Vec<f32> = freqs
+            .iter()
+            .zip(factors)
+            .map(|(&f, &k)| (f as f64 / k as f64) as f32)
+            .collect();
+        Ok(Self::from_freqs(config, max_pos, &scaled, mscale))
+    }
+
+    /// The table of `cos`/`sin` of `p * freqs[i]`, times `mscale`.
+    fn from_freqs(config: RopeConfig, max_pos: usize, freqs: &[f32], mscale: f32) -> RopeTable {
         let half = freqs.len();
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
         for p in 0..max_pos {
-            for &f in &freqs {
+            for &f in freqs {
                 let angle = p as f64 * f as f64;
                 cos.push((angle.cos() * mscale as f64) as f32);
                 sin.push((angle.sin() * mscale as f64) as f32);
@@ -184,4 +224,71 @@ pub struct DeviceRope {
     pub cos: crate::Tensor,
     /// `[max_pos, rot_dim / 2]` f32 sines.
     pub sin: crate::Tensor,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(scaling: RopeScaling) -> RopeConfig {
+        RopeConfig {
+            theta: 10000.0,
+            rot_dim: 32,
+            layout: RopeLayout::NeoX,
+            scaling,
+        }
+    }
+
+    /// llama.cpp's converter turns llama3 scaling into per-pair factors
+    /// (`convert_hf_to_gguf.py`, `LlamaModel.generate_extra_tensors`); applied to plain RoPE
+    /// they must give the table that the llama3 rule gives directly.
+    #[test]
+    fn llama3_factors_match_llama3_scaling() {
+        let (factor, lo, hi, old) = (8.0f64, 1.0f64, 4.0f64, 32.0f64);
+        let factors: Vec<f32> = (0..16)
+            .map(|i| {
+                let freq = 1.0 / 10000f64.powf(2.0 * i as f64 / 32.0);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                let k = if wavelen < old / hi {
+                    1.0
+                } else if wavelen > old / lo {
+                    factor
+                } else {
+                    let smooth = (old / wavelen - lo) / (hi - lo);
+                    1.0 / ((1.0 - smooth) / factor + smooth)
+                };
+                k as f32
+            })
+            .collect();
+        // All three regimes occur for this head.
+        assert!(factors.iter().any(|&k| k == 1.0));
+        assert!(factors.iter().any(|&k| k == 8.0));
+        assert!(factors.iter().any(|&k| k > 1.0 && k < 8.0));
+        let a = RopeTable::with_freq_factors(cfg(RopeScaling::None), 64, &factors).unwrap();
+        let b = RopeTable::new(
+            cfg(RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 32,
+            }),
+            64,
+        );
+        for (x, y) in a.cos.iter().chain(&a.sin).zip(b.cos.iter().chain(&b.sin)) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn freq_factors_are_checked() {
+        assert!(RopeTable::with_freq_factors(cfg(RopeScaling::None), 4, &[1.0; 15]).is_err());
+        let mut f = [1.0f32; 16];
+        f[3] = 0.0;
+        assert!(RopeTable::with_freq_factors(cfg(RopeScaling::None), 4, &f).is_err());
+        f[3] = f32::NAN;
+        assert!(RopeTable::with_freq_factors(cfg(RopeScaling::None), 4, &f).is_err());
+        let ones = RopeTable::with_freq_factors(cfg(RopeScaling::None), 4, &[1.0; 16]).unwrap();
+        let plain = RopeTable::new(cfg(RopeScaling::None), 4);
+        assert_eq!((ones.cos, ones.sin), (plain.cos, plain.sin));
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod batch;
+pub mod checkpoint;
 pub mod deltanet;
 pub mod error;
 pub mod kv_cache;
@@ -19,6 +20,7 @@ pub mod state_cache;
 
 pub use attention::{Attention, AttentionScratch};
 pub use batch::{BatchPlan, BatchTensors, SeqId};
+pub use checkpoint::TensorSource;
 pub use deltanet::{DeltaNetScratch, GatedDeltaNet};
 pub use error::{LayerError, Result};
 pub use kv_cache::{KvCache, KvCacheConfig};

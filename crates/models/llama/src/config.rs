@@ -65,6 +65,9 @@ pub struct LlamaConfig {
     pub qkv_bias: bool,
     /// Per-head RMSNorm on Q and K.
     pub qk_norm: bool,
+    /// Attention window of each layer: `Some(w)`: a query sees the last `w` positions (itself
+    /// included); `None`: full causal attention.
+    pub layer_windows: Vec<Option<usize>>,
 }
 
 fn cfg_err(msg: impl Into<String>) -> LayerError {
@@ -91,6 +94,7 @@ impl LlamaConfig {
             }
         };
         let hidden = u("embedding_length")?;
+        let num_layers = u("block_count")?;
         let heads = u("attention.head_count")?;
         let kv_heads = uo("attention.head_count_kv")?.unwrap_or(heads);
         if heads == 0 {
@@ -125,7 +129,7 @@ impl LlamaConfig {
             variant,
             vocab_size: uo("vocab_size")?.unwrap_or(vocab_rows),
             hidden_size: hidden,
-            num_layers: u("block_count")?,
+            num_layers,
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
@@ -142,6 +146,9 @@ impl LlamaConfig {
             max_context: uo("context_length")?.unwrap_or(4096),
             qkv_bias: variant == Variant::Qwen2,
             qk_norm: variant == Variant::Qwen3,
+            // llama.cpp's converter writes no window for these architectures and llama.cpp runs
+            // every layer with full attention, so a GGUF does too.
+            layer_windows: vec![None; num_layers],
         };
         c.validate()
     }
@@ -198,11 +205,12 @@ impl LlamaConfig {
             other => return Err(cfg_err(format!("rope type `{other}` is not supported"))),
         };
         let partial = cfg.get_f64_opt("partial_rotary_factor")?.unwrap_or(1.0);
+        let num_layers = cfg.get_usize("num_hidden_layers")?;
         let c = LlamaConfig {
             variant,
             vocab_size: cfg.get_usize("vocab_size")?,
             hidden_size: hidden,
-            num_layers: cfg.get_usize("num_hidden_layers")?,
+            num_layers,
             num_heads: heads,
             num_kv_heads: cfg.get_usize_opt("num_key_value_heads")?.unwrap_or(heads),
             head_dim,
@@ -222,6 +230,7 @@ impl LlamaConfig {
                 _ => cfg.get_bool_opt("attention_bias")?.unwrap_or(false),
             },
             qk_norm: variant == Variant::Qwen3,
+            layer_windows: hf_layer_windows(cfg, variant, num_layers)?,
         };
         c.validate()
     }
@@ -236,12 +245,116 @@ impl LlamaConfig {
             && self.rope.rot_dim <= self.head_dim
             && self.rope.rot_dim.is_multiple_of(2)
             && self.rope.rot_dim > 0
-            && self.vocab_size > 0;
+            && self.vocab_size > 0
+            && self.layer_windows.len() == self.num_layers
+            && self.layer_windows.iter().all(|w| *w != Some(0));
         if !ok {
             return Err(cfg_err(format!(
                 "inconsistent model configuration {self:?}"
             )));
         }
         Ok(self)
+    }
+}
+
+/// Per-layer attention windows of a Hugging Face config, as transformers 5.17's `Qwen2Config` /
+/// `Qwen3Config` decide them: `sliding_window` counts only when `use_sliding_window` is true;
+/// a layer slides when `layer_types[i]` is `"sliding_attention"`, and without `layer_types`,
+/// when `i >= max_window_layers` (default 28). Llama has no window.
+fn hf_layer_windows(
+    cfg: &ModelConfig,
+    variant: Variant,
+    num_layers: usize,
+) -> Result<Vec<Option<usize>>> {
+    let full = vec![None; num_layers];
+    if variant == Variant::Llama || !cfg.get_bool_opt("use_sliding_window")?.unwrap_or(false) {
+        return Ok(full);
+    }
+    // transformers' dataclass default is 4096; an explicit null turns the window off.
+    let window = match cfg.json().get("sliding_window") {
+        Some(serde_json::Value::Null) => return Ok(full),
+        _ => cfg.get_usize_opt("sliding_window")?.unwrap_or(4096),
+    };
+    if window == 0 {
+        return Err(cfg_err("sliding_window is 0"));
+    }
+    match cfg.get("layer_types").and_then(|v| v.as_array()) {
+        Some(types) => {
+            if types.len() != num_layers {
+                return Err(cfg_err(format!(
+                    "layer_types has {} entries for {num_layers} layers",
+                    types.len()
+                )));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("sliding_attention") => Ok(Some(window)),
+                    Some("full_attention") => Ok(None),
+                    _ => Err(cfg_err(format!("layer type {t} is not supported"))),
+                })
+                .collect()
+        }
+        None => {
+            let first = cfg.get_usize_opt("max_window_layers")?.unwrap_or(28);
+            Ok((0..num_layers)
+                .map(|i| (i >= first).then_some(window))
+                .collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen2(extra: serde_json::Value) -> LlamaConfig {
+        let mut v = serde_json::json!({
+            "model_type": "qwen2", "vocab_size": 16, "hidden_size": 8, "num_hidden_layers": 4,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 8,
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        LlamaConfig::from_hf(&ModelConfig::from_value(v)).unwrap()
+    }
+
+    #[test]
+    fn qwen2_sliding_window_layers() {
+        // Qwen2.5 releases state a window but leave it off.
+        let off = qwen2(serde_json::json!({
+            "use_sliding_window": false, "sliding_window": 32768, "max_window_layers": 2
+        }));
+        assert_eq!(off.layer_windows, vec![None; 4]);
+        let on = qwen2(serde_json::json!({
+            "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 3
+        }));
+        assert_eq!(on.layer_windows, vec![None, None, None, Some(8)]);
+        let default_layers = qwen2(serde_json::json!({"use_sliding_window": true}));
+        assert_eq!(default_layers.layer_windows, vec![None; 4]);
+        let typed = qwen2(serde_json::json!({
+            "use_sliding_window": true, "sliding_window": 5, "max_window_layers": 0,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+        }));
+        assert_eq!(typed.layer_windows, vec![Some(5), None, Some(5), None]);
+        let null = qwen2(serde_json::json!({
+            "use_sliding_window": true, "sliding_window": null, "max_window_layers": 0
+        }));
+        assert_eq!(null.layer_windows, vec![None; 4]);
+    }
+
+    #[test]
+    fn bad_layer_types_are_errors() {
+        let mut v = serde_json::json!({
+            "model_type": "qwen2", "vocab_size": 16, "hidden_size": 8, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 8, "use_sliding_window": true,
+            "layer_types": ["full_attention"]
+        });
+        assert!(LlamaConfig::from_hf(&ModelConfig::from_value(v.clone())).is_err());
+        v["layer_types"] = serde_json::json!(["full_attention", "chunked_attention"]);
+        assert!(LlamaConfig::from_hf(&ModelConfig::from_value(v.clone())).is_err());
+        v["layer_types"] = serde_json::json!(["full_attention", "sliding_attention"]);
+        v["sliding_window"] = serde_json::json!(0);
+        assert!(LlamaConfig::from_hf(&ModelConfig::from_value(v)).is_err());
     }
 }

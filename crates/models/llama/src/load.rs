@@ -1,30 +1,13 @@
-//! Weights from a [`TensorStore`] onto a device, zero-copy on the CPU: each weight borrows its
-//! window of the memory-mapped file.
+//! The family's tensor names under either scheme (llama.cpp GGUF or Hugging Face); reading them
+//! onto a device (zero-copy on the CPU, any weight format) is pocket-layers' [`TensorSource`].
 
+use std::ops::Deref;
 use std::sync::Arc;
 
-use pocket_formats::{StoreKind, TensorFormat, TensorStore, TensorView};
-use pocket_kernels::{Device, HostBytes, Tensor, Weight};
-use pocket_layers::{LayerError, Result};
-use pocket_quant::QuantFormat;
-
-/// One file of a store, as the owner of the bytes that host weights borrow.
-struct FileBytes {
-    store: Arc<TensorStore>,
-    file: usize,
-}
-
-impl AsRef<[u8]> for FileBytes {
-    fn as_ref(&self) -> &[u8] {
-        if let Some(g) = self.store.gguf() {
-            return g.bytes();
-        }
-        match self.store.safetensors() {
-            Some(c) => c.files().get(self.file).map_or(&[], |f| f.bytes()),
-            None => &[],
-        }
-    }
-}
+use pocket_formats::{StoreKind, TensorStore};
+use pocket_kernels::rope::{RopeConfig, RopeTable};
+use pocket_kernels::Device;
+use pocket_layers::{Result, TensorSource};
 
 /// Which naming scheme the store uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,11 +45,19 @@ pub enum Part {
     Down,
 }
 
-/// Reads named tensors of one store onto one device.
+/// Reads named tensors of one store onto one device: the family's naming scheme over the shared
+/// [`TensorSource`] (which it dereferences to for `weight`, `vector`, `values`, `shape`, ...).
 pub struct Loader {
-    store: Arc<TensorStore>,
-    dev: Device,
+    src: TensorSource,
     naming: Naming,
+}
+
+impl Deref for Loader {
+    type Target = TensorSource;
+
+    fn deref(&self) -> &TensorSource {
+        &self.src
+    }
 }
 
 impl Loader {
@@ -76,17 +67,15 @@ impl Loader {
             StoreKind::Gguf => Naming::Gguf,
             StoreKind::Safetensors => Naming::Hf,
         };
-        Loader { store, dev, naming }
+        Loader {
+            src: TensorSource::new(store, dev),
+            naming,
+        }
     }
 
     /// The naming scheme.
     pub fn naming(&self) -> Naming {
         self.naming
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<TensorStore> {
-        &self.store
     }
 
     /// The file name of a layer part's weight (or bias).
@@ -140,69 +129,15 @@ impl Loader {
         }
     }
 
-    /// Whether the store holds `name`.
-    pub fn contains(&self, name: &str) -> bool {
-        self.store.contains(name)
-    }
-
-    fn view(&self, name: &str) -> Result<TensorView<'_>> {
-        Ok(self.store.tensor(name)?)
-    }
-
-    /// The block format of a stored tensor, if the engine can use it.
-    fn quant_format(name: &str, f: TensorFormat) -> Result<QuantFormat> {
-        match f {
-            TensorFormat::Ggml(t) => Ok(QuantFormat::Ggml(t)),
-            other => Err(LayerError::Checkpoint(format!(
-                "`{name}`: format {other:?} is not supported"
-            ))),
+    /// The RoPE table for positions `0..max_pos`. A GGUF converted from Llama-3.1 states its
+    /// llama3 scaling only as `rope_freqs.weight` (one divisor per rotating pair, as
+    /// llama.cpp applies it), not as metadata; such factors are folded in here.
+    pub fn rope_table(&self, rope: RopeConfig, max_pos: usize) -> Result<RopeTable> {
+        const FREQS: &str = "rope_freqs.weight";
+        if self.naming == Naming::Gguf && self.contains(FREQS) {
+            let factors = self.values(FREQS, rope.rot_dim / 2)?;
+            return Ok(RopeTable::with_freq_factors(rope, max_pos, &factors)?);
         }
-    }
-
-    /// The shape of a stored tensor.
-    pub fn shape(&self, name: &str) -> Result<Vec<usize>> {
-        Ok(self.view(name)?.shape.to_vec())
-    }
-
-    /// A `[rows, cols]` matrix in its own block format, borrowed from the file on the CPU.
-    pub fn weight(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
-        let v = self.view(name)?;
-        if v.shape != [rows, cols] {
-            return Err(LayerError::Checkpoint(format!(
-                "`{name}` has shape {:?}, expected [{rows}, {cols}]",
-                v.shape
-            )));
-        }
-        let format = Self::quant_format(name, v.format)?;
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(FileBytes {
-            store: self.store.clone(),
-            file: v.file_index,
-        });
-        let bytes = HostBytes::new(owner, v.file_offset as usize, v.data.len())
-            .filter(|b| b.as_slice().as_ptr() == v.data.as_ptr())
-            .ok_or_else(|| LayerError::Checkpoint(format!("`{name}` lies outside its file")))?;
-        Ok(self
-            .dev
-            .upload_weight(format, rows, cols, bytes, None, None)?)
-    }
-
-    /// A vector (norm scale, bias) of `len` elements, dequantized to f32 on the device.
-    pub fn vector(&self, name: &str, len: usize) -> Result<Tensor> {
-        let v = self.view(name)?;
-        if v.shape.iter().product::<usize>() != len {
-            return Err(LayerError::Checkpoint(format!(
-                "`{name}` has shape {:?}, expected {len} elements",
-                v.shape
-            )));
-        }
-        let format = Self::quant_format(name, v.format)?;
-        let mut out = vec![0f32; len];
-        pocket_quant::dequantize(format, v.data, &mut out)?;
-        Ok(self.dev.upload_f32(&out, &[len])?)
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.dev
+        Ok(RopeTable::new(rope, max_pos))
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use pocket_formats::{StoreMetadata, TensorStore};
 use pocket_kernels::rope::DeviceRope;
-use pocket_kernels::{AttentionParams, Device, RopeTable, Tensor, Weight};
+use pocket_kernels::{AttentionParams, Device, Tensor, Weight};
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
     Attention, AttentionScratch, BatchPlan, BatchTensors, KvCache, LayerError, Linear, Mlp,
@@ -128,7 +128,10 @@ impl LlamaModel {
                 } else {
                     None
                 },
-                params,
+                params: AttentionParams {
+                    sliding_window: c.layer_windows[l],
+                    ..params
+                },
                 cache_layer: l,
             };
             attn.validate()?;
@@ -145,7 +148,7 @@ impl LlamaModel {
             });
         }
         let max_pos = opts.max_seq_len.min(c.max_context).max(1);
-        let rope = dev.upload_rope(&RopeTable::new(c.rope, max_pos))?;
+        let rope = dev.upload_rope(&ld.rope_table(c.rope, max_pos)?)?;
         let info = ModelInfo {
             architecture: c.variant.name().to_string(),
             vocab_size: c.vocab_size,

@@ -1,32 +1,15 @@
 //! Weights from a [`TensorStore`] onto a device under either naming scheme: Hugging Face
 //! (`model.layers.N...`, or `model.language_model.layers.N...` in checkpoints with a vision
-//! tower) or llama.cpp's `qwen35` GGUF names. Matrices stay in their block format (BF16, FP8 E4M3
-//! with 128x128 block scales, any GGUF type) and are borrowed from the mapped file on the CPU.
+//! tower) or llama.cpp's `qwen35` GGUF names. Reading them (matrices in their block format: BF16,
+//! FP8 E4M3 with 128x128 block scales, any GGUF type; borrowed from the mapped file on the CPU)
+//! is pocket-layers' [`TensorSource`].
 
+use std::ops::Deref;
 use std::sync::Arc;
 
-use pocket_formats::{CompanionRole, StoreKind, TensorFormat, TensorStore, TensorView};
-use pocket_kernels::{Device, HostBytes, Weight};
-use pocket_layers::{LayerError, Result};
-use pocket_quant::QuantFormat;
-
-/// One file of a store, as the owner of the bytes that host weights borrow.
-struct FileBytes {
-    store: Arc<TensorStore>,
-    file: usize,
-}
-
-impl AsRef<[u8]> for FileBytes {
-    fn as_ref(&self) -> &[u8] {
-        if let Some(g) = self.store.gguf() {
-            return g.bytes();
-        }
-        match self.store.safetensors() {
-            Some(c) => c.files().get(self.file).map_or(&[], |f| f.bytes()),
-            None => &[],
-        }
-    }
-}
+use pocket_formats::{StoreKind, TensorStore};
+use pocket_kernels::Device;
+use pocket_layers::{LayerError, Result, TensorSource};
 
 /// Which naming scheme (and value conventions) the store uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,11 +70,19 @@ pub enum Part {
     Down,
 }
 
-/// Reads named tensors of one store onto one device.
+/// Reads named tensors of one store onto one device: this model's naming scheme over the shared
+/// [`TensorSource`] (which it dereferences to for `weight`, `values`, `shape`, ...).
 pub struct Loader {
-    store: Arc<TensorStore>,
-    dev: Device,
+    src: TensorSource,
     naming: Naming,
+}
+
+impl Deref for Loader {
+    type Target = TensorSource;
+
+    fn deref(&self) -> &TensorSource {
+        &self.src
+    }
 }
 
 impl Loader {
@@ -114,7 +105,10 @@ impl Loader {
                 }
             }
         };
-        Ok(Loader { store, dev, naming })
+        Ok(Loader {
+            src: TensorSource::new(store, dev),
+            naming,
+        })
     }
 
     /// The naming scheme.
@@ -192,108 +186,5 @@ impl Loader {
                 "lm_head.weight".into(),
             ),
         }
-    }
-
-    /// Whether the store holds `name`.
-    pub fn contains(&self, name: &str) -> bool {
-        self.store.contains(name)
-    }
-
-    /// The shape of a stored tensor.
-    pub fn shape(&self, name: &str) -> Result<Vec<usize>> {
-        Ok(self.store.tensor(name)?.shape.to_vec())
-    }
-
-    /// Number of stored tensors whose names start with `prefix` (companions included).
-    pub fn count_prefix(&self, prefix: &str) -> usize {
-        self.store.names().filter(|n| n.starts_with(prefix)).count()
-    }
-
-    fn view(&self, name: &str) -> Result<TensorView<'_>> {
-        Ok(self.store.tensor(name)?)
-    }
-
-    /// A `[rows, cols]` matrix in its own block format, borrowed from the file on the CPU. FP8
-    /// E4M3 weights need their `weight_scale_inv` companion: f32 (or bf16, widened) scales of
-    /// 128x128 tiles, `[ceil(rows/128), ceil(cols/128)]`.
-    pub fn weight(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
-        let v = self.view(name)?;
-        if v.shape != [rows, cols] {
-            return Err(LayerError::Checkpoint(format!(
-                "`{name}` has shape {:?}, expected [{rows}, {cols}]",
-                v.shape
-            )));
-        }
-        let (format, scales) = match v.format {
-            TensorFormat::Ggml(t) => (QuantFormat::Ggml(t), None),
-            TensorFormat::F8E4M3 => {
-                let c = v.companion(CompanionRole::ScaleInv).ok_or_else(|| {
-                    LayerError::Checkpoint(format!(
-                        "`{name}` is FP8 E4M3 without a `weight_scale_inv` (only 128x128 block-scaled FP8 is supported)"
-                    ))
-                })?;
-                let want = [rows.div_ceil(128), cols.div_ceil(128)];
-                if c.shape != want {
-                    return Err(LayerError::Checkpoint(format!(
-                        "`{}` has shape {:?}, 128x128 tiles of [{rows}, {cols}] need {want:?}",
-                        c.name, c.shape
-                    )));
-                }
-                let n = want[0] * want[1];
-                let mut f = vec![0f32; n];
-                let TensorFormat::Ggml(t) = c.format else {
-                    return Err(LayerError::Checkpoint(format!(
-                        "`{}`: scale format {:?} is not a float",
-                        c.name, c.format
-                    )));
-                };
-                pocket_quant::dequantize(QuantFormat::Ggml(t), c.data, &mut f)?;
-                let bytes: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
-                (
-                    QuantFormat::Fp8E4M3Block128,
-                    Some(HostBytes::from_vec(bytes)),
-                )
-            }
-            other => {
-                return Err(LayerError::Checkpoint(format!(
-                    "`{name}`: format {other:?} is not supported"
-                )))
-            }
-        };
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(FileBytes {
-            store: self.store.clone(),
-            file: v.file_index,
-        });
-        let bytes = HostBytes::new(owner, v.file_offset as usize, v.data.len())
-            .filter(|b| b.as_slice().as_ptr() == v.data.as_ptr())
-            .ok_or_else(|| LayerError::Checkpoint(format!("`{name}` lies outside its file")))?;
-        Ok(self
-            .dev
-            .upload_weight(format, rows, cols, bytes, scales, None)?)
-    }
-
-    /// A small tensor (norm scale, conv taps, per-head vector) of `len` elements as host f32.
-    pub fn values(&self, name: &str, len: usize) -> Result<Vec<f32>> {
-        let v = self.view(name)?;
-        if v.shape.iter().product::<usize>() != len {
-            return Err(LayerError::Checkpoint(format!(
-                "`{name}` has shape {:?}, expected {len} elements",
-                v.shape
-            )));
-        }
-        let TensorFormat::Ggml(t) = v.format else {
-            return Err(LayerError::Checkpoint(format!(
-                "`{name}`: format {:?} is not supported for a vector",
-                v.format
-            )));
-        };
-        let mut out = vec![0f32; len];
-        pocket_quant::dequantize(QuantFormat::Ggml(t), v.data, &mut out)?;
-        Ok(out)
-    }
-
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.dev
     }
 }
