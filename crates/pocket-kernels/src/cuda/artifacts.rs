@@ -2,8 +2,7 @@
 //! Do not edit; `tests/cuda_artifacts.rs` checks this against `kernels/`.
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
-pub const SOURCE_SET_HASH: &str =
-    "62f1ab4d2f2c2f138455e163f305d2ba64afbaa1be12c1c32a2a209e9406265a";
+pub const SOURCE_SET_HASH: &str = "42c9c247438f0c13e12c8434853a25cf76d385659e6afbcaa875f4a7d5edff29";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -12,6 +11,8 @@ pub enum ModuleId {
     Argmax,
     /// `kernels/attention.cu`.
     Attention,
+    /// `kernels/deltanet.cu`.
+    Deltanet,
     /// `kernels/elementwise.cu`.
     Elementwise,
     /// `kernels/gemv.cu`.
@@ -22,19 +23,14 @@ pub enum ModuleId {
 
 impl ModuleId {
     /// Every module.
-    pub const ALL: &'static [ModuleId] = &[
-        ModuleId::Argmax,
-        ModuleId::Attention,
-        ModuleId::Elementwise,
-        ModuleId::Gemv,
-        ModuleId::Norm,
-    ];
+    pub const ALL: &'static [ModuleId] = &[ModuleId::Argmax, ModuleId::Attention, ModuleId::Deltanet, ModuleId::Elementwise, ModuleId::Gemv, ModuleId::Norm];
 
     /// Source file stem.
     pub fn name(self) -> &'static str {
         match self {
             ModuleId::Argmax => "argmax",
             ModuleId::Attention => "attention",
+            ModuleId::Deltanet => "deltanet",
             ModuleId::Elementwise => "elementwise",
             ModuleId::Gemv => "gemv",
             ModuleId::Norm => "norm",
@@ -46,6 +42,7 @@ impl ModuleId {
         match self {
             ModuleId::Argmax => include_str!("../../ptx/argmax.ptx"),
             ModuleId::Attention => include_str!("../../ptx/attention.ptx"),
+            ModuleId::Deltanet => include_str!("../../ptx/deltanet.ptx"),
             ModuleId::Elementwise => include_str!("../../ptx/elementwise.ptx"),
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
@@ -57,6 +54,7 @@ impl ModuleId {
         match self {
             ModuleId::Argmax => include_bytes!("../../ptx/argmax.sm90.cubin"),
             ModuleId::Attention => include_bytes!("../../ptx/attention.sm90.cubin"),
+            ModuleId::Deltanet => include_bytes!("../../ptx/deltanet.sm90.cubin"),
             ModuleId::Elementwise => include_bytes!("../../ptx/elementwise.sm90.cubin"),
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),

@@ -200,6 +200,18 @@ pub enum Kernel {
     GemvQ8Rows(Q8Gemv),
     /// One activation row, quantized per block into shared memory (no separate quantize launch).
     GemvQ8Fused(Q8Gemv),
+    /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
+    CausalConv1dSilu,
+    /// Delta-rule gates (decay `g`, `beta`).
+    DeltaGates,
+    /// The gated delta rule, state on chip (decode and prefill).
+    GatedDeltaRule,
+    /// `x / rms(x) * w * silu(gate)`.
+    GatedRmsNorm,
+    /// Row halves of `[rows, 2d]`.
+    SplitHalves,
+    /// `x *= sigmoid(gate)`.
+    SigmoidMul,
 }
 
 macro_rules! fmt_table {
@@ -296,6 +308,12 @@ impl Kernel {
             Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "gemv_q8_", "_n8")),
             Kernel::GemvQ8Rows(f) => (M::Gemv, q8_table!(f, "gemv_q8r_", "")),
             Kernel::GemvQ8Fused(f) => (M::Gemv, q8_table!(f, "gemv_q8s_", "")),
+            Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
+            Kernel::DeltaGates => (M::Deltanet, "delta_gates"),
+            Kernel::GatedDeltaRule => (M::Deltanet, "gated_delta_rule"),
+            Kernel::GatedRmsNorm => (M::Deltanet, "gated_rms_norm"),
+            Kernel::SplitHalves => (M::Deltanet, "split_halves"),
+            Kernel::SigmoidMul => (M::Deltanet, "sigmoid_mul"),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod kernels;
 mod matmul;
 pub mod memory;
 mod ops;
+mod recurrent;
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -623,5 +624,82 @@ impl Backend for CudaBackend {
     fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()> {
         self.invalidate_q8();
         ops::gather_rows(self, src, src_rows, out)
+    }
+
+    fn causal_conv1d_silu(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        conv_state: &mut Tensor,
+        meta: &crate::RecurrentMeta,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        recurrent::causal_conv1d_silu(self, x, weight, conv_state, meta, out)
+    }
+
+    fn delta_gates(
+        &self,
+        alpha: &Tensor,
+        b: &Tensor,
+        a_neg: &Tensor,
+        dt_bias: &Tensor,
+        g: &mut Tensor,
+        beta: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        recurrent::delta_gates(self, alpha, b, a_neg, dt_bias, g, beta)
+    }
+
+    fn gated_delta_rule_chunked(
+        &self,
+        qkv: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &mut Tensor,
+        meta: &crate::RecurrentMeta,
+        params: &crate::DeltaRuleParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        let op = "gated_delta_rule_chunked";
+        recurrent::gated_delta_rule(self, op, qkv, g, beta, state, meta, params, out)
+    }
+
+    fn gated_delta_rule_recurrent(
+        &self,
+        qkv: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &mut Tensor,
+        meta: &crate::RecurrentMeta,
+        params: &crate::DeltaRuleParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        let op = "gated_delta_rule_recurrent";
+        recurrent::gated_delta_rule(self, op, qkv, g, beta, state, meta, params, out)
+    }
+
+    fn gated_rms_norm(
+        &self,
+        x: &Tensor,
+        gate: &Tensor,
+        weight: &Tensor,
+        eps: f32,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        recurrent::gated_rms_norm(self, x, gate, weight, eps, out)
+    }
+
+    fn split_halves(&self, x: &Tensor, first: &mut Tensor, second: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
+        recurrent::split_halves(self, x, first, second)
+    }
+
+    fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
+        self.invalidate_q8();
+        recurrent::sigmoid_mul(self, x, gate)
     }
 }
