@@ -165,7 +165,7 @@ fn case(p: DeltaRuleParams, seed: u64) {
         vec![4, 0, 2, 5],
         vec![0, 1, 0, 1],
     )];
-    // Decode: every sequence continues; the second step drops one sequence and reorders.
+    // Decode: every sequence continues; the last step drops one sequence and reorders the rest.
     for _ in 0..3 {
         steps.push(make(vec![1; 4], vec![4, 0, 2, 5], vec![1; 4]));
     }
