@@ -7,6 +7,78 @@ use crate::error::{QuantError, Result};
 use crate::format::ActFormat;
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+mod tile;
+
+/// A raw output pointer shared by the rayon tasks of one matmul; each task writes only the
+/// columns of its own weight-row range.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint elements (see `tiled`), and the pointer outlives the parallel region.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Send for OutPtr {}
+#[cfg(target_arch = "x86_64")]
+unsafe impl Sync for OutPtr {}
+
+/// Weight rows per rayon task of the tiled path: about `bytes` of weights (so a task's rows stay
+/// in L2 while the activation tiles stream past), at least 4 tasks per thread when the matrix
+/// allows it, a multiple of 4 rows.
+#[cfg(target_arch = "x86_64")]
+fn task_rows(rows: usize, rb: usize, threads: usize, bytes: usize) -> usize {
+    let by_cache = (bytes / rb.max(1)).max(4);
+    let by_balance = rows.div_ceil(threads * 4).max(4);
+    by_cache.min(by_balance).div_ceil(4) * 4
+}
+
+/// The register-blocked path for the 32-element formats (see `tile`); `None` when it does not
+/// apply to this matrix at this level.
+#[cfg(target_arch = "x86_64")]
+fn tiled(
+    w: &QuantMatrix,
+    rb: usize,
+    x: &[BlockQ8],
+    n: usize,
+    y: &mut [f32],
+    level: SimdLevel,
+    parallel: bool,
+) -> Option<()> {
+    if level < SimdLevel::Avx2 || w.scales.is_some() {
+        return None;
+    }
+    let f = tile::range_fn(w.format)?;
+    let job = tile::Job {
+        w: w.data,
+        rb,
+        x,
+        n,
+        nb: w.cols / 32,
+        ys: w.rows,
+        ts: w.tensor_scale.unwrap_or(1.0),
+    };
+    debug_assert_eq!(y.len(), n * w.rows);
+    let out = OutPtr(y.as_mut_ptr());
+    let rows = w.rows;
+    let threads = if parallel {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    };
+    // SAFETY (both calls): `level >= Avx2` was clamped to what the CPU supports, `y` holds
+    // `n * rows` floats, `job` was built from a validated matrix, and every range is disjoint.
+    if threads == 1 || rows <= 4 {
+        unsafe { f(&job, 0, rows, out.0) };
+        return Some(());
+    }
+    let per = task_rows(rows, rb, threads, 96 << 10);
+    (0..rows.div_ceil(per)).into_par_iter().for_each(|c| {
+        let o = out;
+        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
+        unsafe { f(&job, r0, r1, o.0) };
+    });
+    Some(())
+}
+
 /// Which instruction-set path the dot kernels use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SimdLevel {
@@ -119,6 +191,12 @@ pub fn matmul_with(
             Act::Q8K(v)
         }
     };
+    #[cfg(target_arch = "x86_64")]
+    if let Act::Q8(a) = &act {
+        if tiled(w, rb, a, n, y, level, parallel).is_some() {
+            return Ok(());
+        }
+    }
     let k = kernel(w, level);
     let ts = w.tensor_scale.unwrap_or(1.0);
     let dq = spec.dequant;

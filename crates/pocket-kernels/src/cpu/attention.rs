@@ -14,6 +14,13 @@ trait CacheElem: Copy + Send + Sync {
     fn from_f32(v: f32) -> Self;
     /// Converts to f32 (exact).
     fn to_f32(self) -> f32;
+    /// `src` as f32: itself for an f32 cache, else converted into `buf` (`src.len()` long).
+    fn row<'a>(src: &'a [Self], buf: &'a mut [f32]) -> &'a [f32] {
+        for (o, &x) in buf.iter_mut().zip(src) {
+            *o = x.to_f32();
+        }
+        &buf[..src.len()]
+    }
 }
 
 impl CacheElem for f32 {
@@ -22,6 +29,9 @@ impl CacheElem for f32 {
     }
     fn to_f32(self) -> f32 {
         self
+    }
+    fn row<'a>(src: &'a [Self], _buf: &'a mut [f32]) -> &'a [f32] {
+        src
     }
 }
 
@@ -200,13 +210,6 @@ impl<'a> Plan<'a> {
         let pos = self.seq_lens[s] as usize - new + (t - self.query_start[s] as usize);
         (s, pos)
     }
-
-    /// Cache slot of token `t` of sequence `s`.
-    #[inline]
-    fn slot(&self, s: usize, t: usize) -> usize {
-        let b = self.block_tables[s * self.max_blocks + t / self.block_size] as usize;
-        b * self.block_size + t % self.block_size
-    }
 }
 
 /// Causal (optionally windowed, soft-capped) GQA attention over the paged caches.
@@ -262,7 +265,13 @@ pub(crate) fn attention(
     }
 }
 
-/// The attention loop, parallel over (query row, head).
+/// Multiply-adds below which attention runs on the calling thread (a rayon fork/join costs more
+/// than the work: a decode step over a short context).
+const PAR_MIN_MACS: usize = 1 << 18;
+
+/// The attention loop. A work unit is one query row and `hc` query heads of one KV group: the
+/// whole group when there are many query rows (each K/V row is read once for the group), single
+/// heads for decode (more units to spread over the threads).
 fn run<T: CacheElem>(
     plan: &Plan<'_>,
     q: &[f32],
@@ -272,46 +281,221 @@ fn run<T: CacheElem>(
     out: &mut [f32],
 ) -> Result<()> {
     let hd = p.head_dim;
+    let group = p.num_heads / p.num_kv_heads;
+    let n = out.len() / (p.num_heads * hd);
+    let hc = if n > 1 { group } else { 1 };
+    let max_len = plan.seq_lens.iter().map(|&l| l as usize).max().unwrap_or(0);
+    let macs = n * p.num_heads * hd * 2 * max_len;
+    #[cfg(target_arch = "x86_64")]
+    let simd = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    let unit = |i: usize, o: &mut [f32], s: &mut Scratch| {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX2 and FMA were detected above.
+            unsafe { unit_avx2(plan, q, k, v, p, hc, i, o, s) };
+            return;
+        }
+        unit_generic::<T, false>(plan, q, k, v, p, hc, i, o, s)
+    };
+    if macs >= PAR_MIN_MACS {
+        out.par_chunks_mut(hc * hd)
+            .enumerate()
+            .for_each_init(Scratch::default, |s, (i, o)| unit(i, o, s));
+    } else {
+        let mut s = Scratch::default();
+        for (i, o) in out.chunks_mut(hc * hd).enumerate() {
+            unit(i, o, &mut s);
+        }
+    }
+    Ok(())
+}
+
+/// Per-task buffers reused across units: scores per head, and K/V rows as f32.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    rows: Vec<f32>,
+    slots: Vec<usize>,
+}
+
+/// [`unit_generic`] compiled for AVX2 + FMA, with the explicit SIMD dot products.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn unit_avx2<T: CacheElem>(
+    plan: &Plan<'_>,
+    q: &[f32],
+    k: &[T],
+    v: &[T],
+    p: &AttentionParams,
+    hc: usize,
+    i: usize,
+    o: &mut [f32],
+    s: &mut Scratch,
+) {
+    unit_generic::<T, true>(plan, q, k, v, p, hc, i, o, s)
+}
+
+/// `q . k[j]` for four rows `k[j]` (all `q.len()` long).
+#[inline(always)]
+fn dot4_scalar(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+    k.map(|r| q.iter().zip(r).map(|(a, b)| a * b).sum())
+}
+
+/// [`dot4_scalar`] with 8-wide FMAs and one transposing horizontal reduction for the four sums.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; every `k[j]` must be at least `q.len()` long.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot4_avx2(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 8 <= d {
+        let qv = _mm256_loadu_ps(q.as_ptr().add(i));
+        for j in 0..4 {
+            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j].as_ptr().add(i)), acc[j]);
+        }
+        i += 8;
+    }
+    // hadd(hadd(a0, a1), hadd(a2, a3)) holds each row's partial sums per 128-bit half.
+    let s = _mm256_hadd_ps(
+        _mm256_hadd_ps(acc[0], acc[1]),
+        _mm256_hadd_ps(acc[2], acc[3]),
+    );
+    let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    let mut r = [0.0f32; 4];
+    _mm_storeu_ps(r.as_mut_ptr(), s);
+    while i < d {
+        for j in 0..4 {
+            r[j] += q[i] * k[j][i];
+        }
+        i += 1;
+    }
+    r
+}
+
+/// `o += w * b`.
+#[inline(always)]
+fn axpy(o: &mut [f32], w: f32, b: &[f32]) {
+    for (a, b) in o.iter_mut().zip(b) {
+        *a += w * b;
+    }
+}
+
+/// Calls `f(index, slot)` for the cache slots of tokens `first..=last` of sequence `sq`, one
+/// block-table run at a time (slots inside a block are consecutive: no division per token).
+#[inline(always)]
+fn for_slots(
+    plan: &Plan<'_>,
+    sq: usize,
+    first: usize,
+    last: usize,
+    mut f: impl FnMut(usize, usize),
+) {
+    let bs = plan.block_size;
+    let mut t = first;
+    while t <= last {
+        let (b, off) = (t / bs, t % bs);
+        let run = (bs - off).min(last + 1 - t);
+        let base = plan.block_tables[sq * plan.max_blocks + b] as usize * bs + off;
+        for j in 0..run {
+            f(t + j - first, base + j);
+        }
+        t += run;
+    }
+}
+
+/// Unit `i`: query row `i / (heads / hc)`, heads `hc * (i % (heads / hc))..` + hc, into `o`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn unit_generic<T: CacheElem, const SIMD: bool>(
+    plan: &Plan<'_>,
+    q: &[f32],
+    k: &[T],
+    v: &[T],
+    p: &AttentionParams,
+    hc: usize,
+    i: usize,
+    o: &mut [f32],
+    s: &mut Scratch,
+) {
+    let hd = p.head_dim;
     let kv_row = p.num_kv_heads * hd;
     let group = p.num_heads / p.num_kv_heads;
-    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
-        let (t, h) = (i / p.num_heads, i % p.num_heads);
-        let kvh = h / group;
-        let (s, pos) = plan.locate(t);
-        let first = match p.sliding_window {
-            Some(w) if w > 0 => (pos + 1).saturating_sub(w),
-            _ => 0,
-        };
-        let qv = &q[i * hd..(i + 1) * hd];
-        let mut scores = Vec::with_capacity(pos + 1 - first);
-        let mut max = f32::NEG_INFINITY;
-        for key in first..=pos {
-            let base = plan.slot(s, key) * kv_row + kvh * hd;
-            let kr = &k[base..base + hd];
-            let mut dot = 0.0f32;
-            for (a, b) in qv.iter().zip(kr) {
-                dot += a * b.to_f32();
-            }
-            let mut sc = dot * p.scale;
-            if let Some(cap) = p.softcap {
-                sc = cap * (sc / cap).tanh();
-            }
-            max = max.max(sc);
-            scores.push(sc);
+    let per_row = p.num_heads / hc;
+    let (t, h0) = (i / per_row, (i % per_row) * hc);
+    let kvh = h0 / group;
+    let (sq, pos) = plan.locate(t);
+    let first = match p.sliding_window {
+        Some(w) if w > 0 => (pos + 1).saturating_sub(w),
+        _ => 0,
+    };
+    let len = pos + 1 - first;
+    let qrow = &q[(t * p.num_heads + h0) * hd..(t * p.num_heads + h0 + hc) * hd];
+    s.scores.clear();
+    s.scores.resize(hc * len, 0.0);
+    s.rows.resize(4 * hd, 0.0);
+    s.slots.clear();
+    for_slots(plan, sq, first, pos, |_, slot| s.slots.push(slot));
+    let Scratch {
+        scores,
+        rows,
+        slots,
+    } = s;
+    // Scores, four keys at a time (no closures here: they would not inherit the caller's
+    // target features, and the intrinsics would not inline).
+    for (c, quad) in slots.chunks(4).enumerate() {
+        let mut kr: [&[f32]; 4] = [&[]; 4];
+        for (j, buf) in rows.chunks_exact_mut(hd).enumerate() {
+            let base = quad[j.min(quad.len() - 1)] * kv_row + kvh * hd;
+            kr[j] = T::row(&k[base..base + hd], buf);
         }
+        for (hh, qv) in qrow.chunks_exact(hd).enumerate() {
+            #[cfg(target_arch = "x86_64")]
+            let d = if SIMD {
+                // SAFETY: SIMD is only true in `unit_avx2`; every row is `hd` long.
+                unsafe { dot4_avx2(qv, kr) }
+            } else {
+                dot4_scalar(qv, kr)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let d = dot4_scalar(qv, kr);
+            let out = &mut scores[hh * len + 4 * c..hh * len + 4 * c + quad.len()];
+            for (o, &dj) in out.iter_mut().zip(&d) {
+                *o = dj * p.scale;
+            }
+        }
+    }
+    for sc in scores.chunks_exact_mut(len) {
+        if let Some(cap) = p.softcap {
+            for x in sc.iter_mut() {
+                *x = cap * (*x / cap).tanh();
+            }
+        }
+        let max = sc.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut denom = 0.0f32;
-        for sc in scores.iter_mut() {
-            *sc = (*sc - max).exp();
-            denom += *sc;
+        for x in sc.iter_mut() {
+            *x = (*x - max).exp();
+            denom += *x;
         }
-        o.fill(0.0);
-        for (key, &w) in (first..=pos).zip(&scores) {
-            let base = plan.slot(s, key) * kv_row + kvh * hd;
-            let w = w / denom;
-            for (a, b) in o.iter_mut().zip(&v[base..base + hd]) {
-                *a += w * b.to_f32();
-            }
+        let inv = 1.0 / denom;
+        for x in sc.iter_mut() {
+            *x *= inv;
         }
-    });
-    Ok(())
+    }
+    o.fill(0.0);
+    let row = &mut rows[..hd];
+    for (idx, &slot) in slots.iter().enumerate() {
+        let base = slot * kv_row + kvh * hd;
+        let vr = T::row(&v[base..base + hd], row);
+        for (hh, oh) in o.chunks_exact_mut(hd).enumerate() {
+            axpy(oh, scores[hh * len + idx], vr);
+        }
+    }
 }

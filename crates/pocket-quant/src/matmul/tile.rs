@@ -1,0 +1,367 @@
+//! Register-blocked AVX2 matmul for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! IQ4_NL) against [`BlockQ8`] activations.
+//!
+//! Why: the per-row dot kernels decode every weight block once per activation row, so a prefill
+//! of `n` tokens pays the nibble unpack, the f16 scale conversions and the block bookkeeping `n`
+//! times. Here a tile of `RW` weight rows x `RA` activation rows decodes each weight block once
+//! and each activation block once, and keeps the `RW * RA` partial sums in registers. The
+//! arithmetic per (weight block, activation block) pair is the same as the dot kernels' (integer
+//! `vpmaddubsw` dot, one f32 scale multiply, one FMA), so results agree with them to f32
+//! rounding of the accumulation order.
+
+use crate::act::BlockQ8;
+use crate::format::QuantFormat;
+use crate::formats::iq4::KVALUES_IQ4NL;
+use pocket_formats::ggml_type::GgmlType as G;
+use std::arch::x86_64::*;
+
+/// One weight block decoded: its 32 codes as bytes (unsigned unless the format is signed), the
+/// scale `d` and the coefficient `c` of the activation block sum (`dot = d*dy*(q.y) + c*sy`).
+trait Legacy {
+    /// Bytes per block.
+    const BB: usize;
+    /// Whether the codes are signed (Q8_0, IQ4_NL) rather than unsigned with an offset.
+    const SIGNED: bool;
+    /// Decodes the block at `p`.
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32);
+}
+
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let h = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// 16 bytes of packed nibbles to 32 bytes: low nibbles in lanes 0..16, high nibbles in 16..32.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    let t = _mm_loadu_si128(p as *const __m128i);
+    let v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
+}
+
+/// 32 bits to 32 bytes, 0xFF where the bit is set (bit j -> byte j).
+#[inline(always)]
+unsafe fn bits_to_bytes(bits: u32) -> __m256i {
+    let shuf = _mm256_setr_epi64x(
+        0,
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+    );
+    let b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
+    let b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1))
+}
+
+struct Q4_0;
+impl Legacy for Q4_0 {
+    const BB: usize = 18;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        let d = f16_at(p);
+        (nibbles(p.add(2)), d, -8.0 * d)
+    }
+}
+
+struct Q4_1;
+impl Legacy for Q4_1 {
+    const BB: usize = 20;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        (nibbles(p.add(4)), f16_at(p), f16_at(p.add(2)))
+    }
+}
+
+struct Q5_0;
+impl Legacy for Q5_0 {
+    const BB: usize = 22;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        let d = f16_at(p);
+        let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
+        let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+        (_mm256_or_si256(nibbles(p.add(6)), hi), d, -16.0 * d)
+    }
+}
+
+struct Q5_1;
+impl Legacy for Q5_1 {
+    const BB: usize = 24;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
+        let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
+        (
+            _mm256_or_si256(nibbles(p.add(8)), hi),
+            f16_at(p),
+            f16_at(p.add(2)),
+        )
+    }
+}
+
+struct Q8_0;
+impl Legacy for Q8_0 {
+    const BB: usize = 34;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        (
+            _mm256_loadu_si256(p.add(2) as *const __m256i),
+            f16_at(p),
+            0.0,
+        )
+    }
+}
+
+struct Iq4Nl;
+impl Legacy for Iq4Nl {
+    const BB: usize = 18;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+        (
+            _mm256_shuffle_epi8(table, nibbles(p.add(2))),
+            f16_at(p),
+            0.0,
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// `out[r][a] = dot(weight row r, activation row a)` over `nb` blocks for the `RW` weight rows at
+/// `w[r]` and the `RA` activation rows at `x[a]`.
+#[inline(always)]
+unsafe fn tile<L: Legacy, const RW: usize, const RA: usize>(
+    w: [*const u8; RW],
+    x: [*const BlockQ8; RA],
+    nb: usize,
+) -> [[f32; RA]; RW] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); RA]; RW];
+    let mut corr = [[0.0f32; RA]; RW];
+    for k in 0..nb {
+        let mut q = [_mm256_setzero_si256(); RW];
+        let mut qa = [_mm256_setzero_si256(); RW];
+        let mut dw = [_mm256_setzero_ps(); RW];
+        let mut cw = [0.0f32; RW];
+        for r in 0..RW {
+            let (qr, d, c) = L::unpack(w[r].add(k * L::BB));
+            q[r] = qr;
+            if L::SIGNED {
+                qa[r] = _mm256_sign_epi8(qr, qr);
+            }
+            dw[r] = _mm256_set1_ps(d);
+            cw[r] = c;
+        }
+        for a in 0..RA {
+            let y = &*x[a].add(k);
+            let yq = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            let yd = _mm256_set1_ps(y.d);
+            for r in 0..RW {
+                let p = if L::SIGNED {
+                    _mm256_maddubs_epi16(qa[r], _mm256_sign_epi8(yq, q[r]))
+                } else {
+                    _mm256_maddubs_epi16(q[r], yq)
+                };
+                let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[r][a] = _mm256_fmadd_ps(_mm256_mul_ps(p, yd), dw[r], acc[r][a]);
+                if !L::SIGNED {
+                    corr[r][a] += cw[r] * y.s;
+                }
+            }
+        }
+    }
+    let mut out = [[0.0f32; RA]; RW];
+    for r in 0..RW {
+        for a in 0..RA {
+            out[r][a] = hsum(acc[r][a]) + corr[r][a];
+        }
+    }
+    out
+}
+
+/// The inputs of one weight-row range of a matmul.
+pub(super) struct Job<'a> {
+    /// All weight rows, `rb` bytes each.
+    pub w: &'a [u8],
+    /// Bytes per weight row.
+    pub rb: usize,
+    /// Activations, `n` rows of `nb` blocks.
+    pub x: &'a [BlockQ8],
+    /// Activation rows.
+    pub n: usize,
+    /// Blocks per row.
+    pub nb: usize,
+    /// Output row stride (the weight's row count): `y[j * ys + r]`.
+    pub ys: usize,
+    /// Tensor scale multiplying every output.
+    pub ts: f32,
+}
+
+/// Computes weight rows `r0..r1` for every activation row, writing `y[j * job.ys + r]`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y` must point at `n * ys` writable floats of which no
+/// other thread writes the columns `r0..r1`; `job` must be consistent (`w` holds `rb`-byte rows of
+/// `nb` blocks, `x` holds `n * nb` blocks).
+pub(super) type RangeFn = unsafe fn(&Job<'_>, usize, usize, *mut f32);
+
+/// The tiled kernel for `f`, if it is one of the 32-element formats with a [`BlockQ8`] dot.
+pub(super) fn range_fn(f: QuantFormat) -> Option<RangeFn> {
+    Some(match f {
+        QuantFormat::Ggml(G::Q4_0) => range::<Q4_0>,
+        QuantFormat::Ggml(G::Q4_1) => range::<Q4_1>,
+        QuantFormat::Ggml(G::Q5_0) => range::<Q5_0>,
+        QuantFormat::Ggml(G::Q5_1) => range::<Q5_1>,
+        QuantFormat::Ggml(G::Q8_0) => range::<Q8_0>,
+        QuantFormat::Ggml(G::IQ4_NL) => range::<Iq4Nl>,
+        _ => return None,
+    })
+}
+
+/// Activation rows per tile (prefill) and weight rows per tile.
+const RA: usize = 4;
+const RW: usize = 2;
+/// Weight rows per tile for a single activation row (decode GEMV: more independent streams).
+const RW1: usize = 4;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn range<L: Legacy>(job: &Job<'_>, r0: usize, r1: usize, y: *mut f32) {
+    let (wp, xp, nb, rb, ys, ts) = (
+        job.w.as_ptr(),
+        job.x.as_ptr(),
+        job.nb,
+        job.rb,
+        job.ys,
+        job.ts,
+    );
+    let wrow = |r: usize| wp.add(r * rb);
+    let xrow = |j: usize| xp.add(j * nb);
+    let mut j = 0;
+    // Activation tiles outermost: the tile's blocks stay in L1 while the range's weight rows
+    // (sized by the caller to stay in L2) stream past it.
+    while j + RA <= job.n {
+        let xs = std::array::from_fn::<_, RA, _>(|a| xrow(j + a));
+        let mut r = r0;
+        while r + RW <= r1 {
+            let o = tile::<L, RW, RA>(std::array::from_fn(|i| wrow(r + i)), xs, nb);
+            for (i, row) in o.iter().enumerate() {
+                for (a, v) in row.iter().enumerate() {
+                    *y.add((j + a) * ys + r + i) = v * ts;
+                }
+            }
+            r += RW;
+        }
+        if r < r1 {
+            let o = tile::<L, 1, RA>([wrow(r)], xs, nb);
+            for (a, v) in o[0].iter().enumerate() {
+                *y.add((j + a) * ys + r) = v * ts;
+            }
+        }
+        j += RA;
+    }
+    while j < job.n {
+        let xs = [xrow(j)];
+        let mut r = r0;
+        while r + RW1 <= r1 {
+            let o = tile::<L, RW1, 1>(std::array::from_fn(|i| wrow(r + i)), xs, nb);
+            for (i, v) in o.iter().enumerate() {
+                *y.add(j * ys + r + i) = v[0] * ts;
+            }
+            r += RW1;
+        }
+        while r < r1 {
+            *y.add(j * ys + r) = tile::<L, 1, 1>([wrow(r)], xs, nb)[0][0] * ts;
+            r += 1;
+        }
+        j += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{dequantize_matrix, matmul_with, simd_level, QuantFormat, QuantMatrix, SimdLevel};
+    use pocket_formats::ggml_type::GgmlType as G;
+    use proptest::prelude::*;
+
+    const TYPES: [G; 6] = [G::Q4_0, G::Q4_1, G::Q5_0, G::Q5_1, G::Q8_0, G::IQ4_NL];
+
+    /// Random blocks with finite f16 scales at the format's scale fields.
+    fn weights(t: G, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+        let f = QuantFormat::Ggml(t);
+        let mut s = seed | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let scales: &[usize] = match t {
+            G::Q4_1 | G::Q5_1 => &[0, 2],
+            _ => &[0],
+        };
+        let mut d: Vec<u8> = (0..rows * f.row_bytes(cols).unwrap())
+            .map(|_| next() as u8)
+            .collect();
+        for b in d.chunks_exact_mut(f.block_bytes()) {
+            for &o in scales {
+                let mag =
+                    2f32.powi(-((next() % 12) as i32)) * (1.0 + (next() % 100) as f32 / 100.0);
+                let v = if next() % 2 == 0 { mag } else { -mag };
+                b[o..o + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+            }
+        }
+        d
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The tiled path (every tile shape: n up to 11, rows up to 13, serial and parallel)
+        /// against the scalar reference kernels, within a few f32 ulps of `sum |w x|`.
+        #[test]
+        fn tiled_matches_scalar(ti in 0usize..TYPES.len(), rows in 1usize..14, kb in 1usize..6,
+                                n in 1usize..12, par in any::<bool>(), ts in prop::option::of(0.5f32..2.0),
+                                seed in any::<u64>()) {
+            if simd_level() < SimdLevel::Avx2 {
+                return Ok(());
+            }
+            let t = TYPES[ti];
+            let cols = 32 * kb;
+            let data = weights(t, rows, cols, seed);
+            let m = QuantMatrix { format: QuantFormat::Ggml(t), rows, cols, data: &data, scales: None, tensor_scale: ts };
+            let mut s = seed.rotate_left(17) | 1;
+            let x: Vec<f32> = (0..n * cols).map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+                ((s >> 33) % 2001) as f32 / 500.0 - 2.0
+            }).collect();
+            let mut ys = vec![0.0f32; n * rows];
+            let mut yv = vec![f32::NAN; n * rows];
+            matmul_with(&m, &x, n, &mut ys, SimdLevel::Scalar, false).unwrap();
+            matmul_with(&m, &x, n, &mut yv, SimdLevel::Avx2, par).unwrap();
+            let mut w = vec![0.0f32; rows * cols];
+            dequantize_matrix(&m, &mut w).unwrap();
+            for j in 0..n {
+                for r in 0..rows {
+                    let mag: f64 = (0..cols).map(|c| (w[r * cols + c] as f64 * x[j * cols + c] as f64).abs()).sum::<f64>()
+                        * ts.unwrap_or(1.0) as f64;
+                    let (a, b) = (ys[j * rows + r] as f64, yv[j * rows + r] as f64);
+                    prop_assert!((a - b).abs() <= 2e-5 * mag + 1e-30, "{t:?}: row {r} batch {j}: scalar {a} tiled {b} mag {mag}");
+                }
+            }
+        }
+    }
+}
