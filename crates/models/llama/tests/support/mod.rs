@@ -2,6 +2,9 @@
 //! rewriting the fixture as F32 safetensors or as a llama.cpp-style GGUF, and running our model
 //! teacher-forced along the reference's tokens.
 
+// Shared by two test binaries (`hf_parity`, `hf_parity_q4_k`); each uses a subset.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
