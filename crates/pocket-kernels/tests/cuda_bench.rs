@@ -330,3 +330,90 @@ fn bench_attention_decode() {
         println!("{l}");
     }
 }
+
+/// FP8 E4M3 with 128x128 tile scales (Qwen3.5-27B FP8's layout) at its MLP shapes: the decode
+/// GEMV (n = 1 and 8; bandwidth counts the weight and scale bytes, read once per launch) and the
+/// prefill (512 tokens: dequantize to f16 + cuBLAS).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_fp8_gemv_and_gemm() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let f = QuantFormat::Fp8E4M3Block128;
+    let mut lines = Vec::new();
+    for &(rows, cols) in &[(17408usize, 5120usize), (5120, 17408), (5120, 5120)] {
+        // Random codes with the NaN codes (0x7f, 0xff) cleared, scales 1e-3.
+        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
+        let bytes: Vec<u8> = (0..rows * cols)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8 & 0xf7
+            })
+            .collect();
+        let scales: Vec<u8> = (0..rows.div_ceil(128) * cols.div_ceil(128))
+            .flat_map(|_| 1e-3f32.to_le_bytes())
+            .collect();
+        let wbytes = bytes.len() + scales.len();
+        let copies = (200usize << 20).div_ceil(wbytes).max(1);
+        let ws: Vec<_> = (0..copies)
+            .map(|_| {
+                be.upload_weight(
+                    f,
+                    rows,
+                    cols,
+                    HostBytes::from_vec(bytes.clone()),
+                    Some(HostBytes::from_vec(scales.clone())),
+                    None,
+                )
+                .unwrap()
+            })
+            .collect();
+        for n in [1usize, 8] {
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+                .collect();
+            let xt = be.upload_f32(&x, &[n, cols]).unwrap();
+            let mut out = be.alloc(DType::F32, &[n, rows]).unwrap();
+            let ms = time_ms(&be, 5, 60, |i| {
+                be.matmul(&xt, &ws[i % copies], &mut out).unwrap()
+            });
+            let tbps = wbytes as f64 / (ms * 1e-3) / 1e12;
+            let line = format!(
+                "gemv {:12} {rows:5}x{cols:5} n={n} {:8.1} us  {:6.3} TB/s  {:5.1}% of {ROOF_TBPS} TB/s",
+                f.name(),
+                ms * 1e3,
+                tbps,
+                100.0 * tbps / ROOF_TBPS
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+        let n = 512;
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let xt = be.upload_f32(&x, &[n, cols]).unwrap();
+        let mut out = be.alloc(DType::F32, &[n, rows]).unwrap();
+        let ms = time_ms(&be, 3, 20, |_| be.matmul(&xt, &ws[0], &mut out).unwrap());
+        let tflops = 2.0 * (n * rows * cols) as f64 / (ms * 1e-3) / 1e12;
+        let line = format!(
+            "gemm {:12} {rows:5}x{cols:5} n={n} {:8.1} us  {:6.1} TFLOP/s (dequant f16 + cuBLAS)",
+            f.name(),
+            ms * 1e3,
+            tflops
+        );
+        println!("{line}");
+        lines.push(line);
+    }
+    println!("\n==== summary: FP8 kernels ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

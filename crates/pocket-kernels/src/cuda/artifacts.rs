@@ -2,7 +2,8 @@
 //! Do not edit; `tests/cuda_artifacts.rs` checks this against `kernels/`.
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
-pub const SOURCE_SET_HASH: &str = "42c9c247438f0c13e12c8434853a25cf76d385659e6afbcaa875f4a7d5edff29";
+pub const SOURCE_SET_HASH: &str =
+    "a7b5d406ddb46fd7fd07f67d8ca0883c6aa906f10ca0d74e6ded64c76c217ab6";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,13 +18,23 @@ pub enum ModuleId {
     Elementwise,
     /// `kernels/gemv.cu`.
     Gemv,
+    /// `kernels/gemv_fp8.cu`.
+    GemvFp8,
     /// `kernels/norm.cu`.
     Norm,
 }
 
 impl ModuleId {
     /// Every module.
-    pub const ALL: &'static [ModuleId] = &[ModuleId::Argmax, ModuleId::Attention, ModuleId::Deltanet, ModuleId::Elementwise, ModuleId::Gemv, ModuleId::Norm];
+    pub const ALL: &'static [ModuleId] = &[
+        ModuleId::Argmax,
+        ModuleId::Attention,
+        ModuleId::Deltanet,
+        ModuleId::Elementwise,
+        ModuleId::Gemv,
+        ModuleId::GemvFp8,
+        ModuleId::Norm,
+    ];
 
     /// Source file stem.
     pub fn name(self) -> &'static str {
@@ -33,6 +44,7 @@ impl ModuleId {
             ModuleId::Deltanet => "deltanet",
             ModuleId::Elementwise => "elementwise",
             ModuleId::Gemv => "gemv",
+            ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
         }
     }
@@ -45,6 +57,7 @@ impl ModuleId {
             ModuleId::Deltanet => include_str!("../../ptx/deltanet.ptx"),
             ModuleId::Elementwise => include_str!("../../ptx/elementwise.ptx"),
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
+            ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
         }
     }
@@ -57,6 +70,7 @@ impl ModuleId {
             ModuleId::Deltanet => include_bytes!("../../ptx/deltanet.sm90.cubin"),
             ModuleId::Elementwise => include_bytes!("../../ptx/elementwise.sm90.cubin"),
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
+            ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
         }
     }

@@ -200,6 +200,8 @@ pub enum Kernel {
     GemvQ8Rows(Q8Gemv),
     /// One activation row, quantized per block into shared memory (no separate quantize launch).
     GemvQ8Fused(Q8Gemv),
+    /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
+    Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
     CausalConv1dSilu,
     /// Delta-rule gates (decay `g`, `beta`).
@@ -308,6 +310,7 @@ impl Kernel {
             Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "gemv_q8_", "_n8")),
             Kernel::GemvQ8Rows(f) => (M::Gemv, q8_table!(f, "gemv_q8r_", "")),
             Kernel::GemvQ8Fused(f) => (M::Gemv, q8_table!(f, "gemv_q8s_", "")),
+            Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),
             Kernel::GatedDeltaRule => (M::Deltanet, "gated_delta_rule"),

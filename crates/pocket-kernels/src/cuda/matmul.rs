@@ -92,6 +92,9 @@ pub(crate) fn embedding(
 
 pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
     const OP: &str = "matmul";
+    if let Some(kind) = super::matmul_fp8::Fp8Kind::of(w.format) {
+        return super::matmul_fp8::matmul(be, kind, x, w, out);
+    }
     let (cw, f) = device_weight(be, OP, w)?;
     let (rows, cols) = (w.rows, w.cols);
     if x.row_len() != cols {

@@ -177,6 +177,12 @@ pub enum WeightLayout {
     /// Quants of every block first, then the companion bytes (the f16 scale of Q4_0 and Q8_0;
     /// Q6_K's scales and d): 16-byte loads.
     SplitScales,
+    /// The row-major codes as the checkpoint holds them, then f32 companion scales from byte
+    /// `offset` (FP8 with 128x128 tile scales; `matmul_fp8.rs`).
+    ScalesAfter {
+        /// Byte offset of the scales (256-byte aligned).
+        offset: usize,
+    },
 }
 
 /// A quantized matrix on a CUDA device.

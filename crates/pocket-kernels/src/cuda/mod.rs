@@ -19,6 +19,7 @@ mod attn;
 pub mod graph;
 pub mod kernels;
 mod matmul;
+mod matmul_fp8;
 pub mod memory;
 mod ops;
 mod recurrent;
@@ -489,6 +490,10 @@ impl Backend for CudaBackend {
                     bytes.len()
                 ),
             ));
+        }
+        if let Some(kind) = matmul_fp8::Fp8Kind::of(format) {
+            let s = scales.as_ref().map(|s| s.as_slice());
+            return matmul_fp8::upload(self, format, kind, rows, cols, bytes, s, tensor_scale);
         }
         if scales.is_some() || format.scale_bytes(rows, cols) != 0 {
             return Err(KernelError::Unsupported {

@@ -1,0 +1,255 @@
+//! CUDA `matmul` over FP8 weights (E4M3/E5M2, 128x128 tile scales or one tensor scale) against
+//! the CPU backend's matmul on the same bytes (whose FP8 path is exact against hand-computed
+//! blocks in pocket-quant's tests), with a float64 dot over pocket-quant's dequantizer giving
+//! each output's error bound. Decode sizes (n <= 8) take the FP8 GEMV, larger ones the f16
+//! tensor-core prefill. Skipped (with a message) where no CUDA device opens.
+#![cfg(feature = "cuda")]
+
+use pocket_kernels::{DType, Device, DeviceKind, HostBytes, KernelError};
+use pocket_quant::QuantFormat;
+
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+fn cuda() -> Option<Device> {
+    match Device::open(DeviceKind::Cuda(0)) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// Random weights whose magnitude changes from one 128x128 tile to the next (factors 1/4..4), so
+/// a tile scale read from the wrong tile shows as an error far beyond the bound.
+fn random_weights(rows: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut w = vec![0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            let f = [0.25f32, 0.5, 1.0, 2.0, 4.0][(r / 128 * 3 + c / 128) % 5];
+            w[r * cols + c] = rng.f32() * 0.05 * f;
+        }
+    }
+    w
+}
+
+/// The bound on |GPU - CPU| for one output, from the arithmetic of the path the GPU takes:
+/// * both paths accumulate in f32 in different orders: 1e-5 of Σ|w·x| (far above the √cols·2^-24
+///   random walk of f32 rounding, far below any wrong element or scale).
+/// * prefill (n > 8) rounds each dequantized weight and each activation to f16: 2^-11 relative
+///   each, so 2^-10 of Σ|w·x|, plus half the f16 subnormal spacing (2^-25) absolute per rounded
+///   value that falls below f16's normal range (times the other factor's magnitude).
+fn bound(n: usize, w: &[f32], x: &[f32]) -> f64 {
+    let (mut abs, mut sub) = (0f64, 0f64);
+    for (a, b) in w.iter().zip(x) {
+        let (a, b) = (a.abs() as f64, b.abs() as f64);
+        abs += a * b;
+        sub += a + b;
+    }
+    let accum = 1e-5 * abs + 1e-6;
+    if n <= 8 {
+        accum
+    } else {
+        abs * 2f64.powi(-10) * 1.01 + sub * 2f64.powi(-25) + accum
+    }
+}
+
+/// `f` over `0..len` on all cores: the float64 references of the 5120x17408 case are ~10^10
+/// multiply-adds.
+fn par_map(len: usize, f: impl Fn(usize) -> (f64, f64) + Sync) -> Vec<(f64, f64)> {
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let per = len.div_ceil(threads).max(1);
+    let mut out = vec![(0f64, 0f64); len];
+    std::thread::scope(|s| {
+        for (i, chunk) in out.chunks_mut(per).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                for (j, o) in chunk.iter_mut().enumerate() {
+                    *o = f(i * per + j);
+                }
+            });
+        }
+    });
+    out
+}
+
+fn check(format: QuantFormat, rows: usize, cols: usize, ns: &[usize], seed: u64) -> Vec<String> {
+    let Some(dev) = cuda() else {
+        return Vec::new();
+    };
+    let cpu = Device::open(DeviceKind::Cpu).unwrap();
+    let mut rng = Rng::new(seed);
+    let src = random_weights(rows, cols, &mut rng);
+    let q = pocket_quant::quantize_matrix(format, rows, cols, &src).unwrap();
+    let m = q.view();
+    let mut deq = vec![0f32; rows * cols];
+    pocket_quant::dequantize_matrix(&m, &mut deq).unwrap();
+    let up = |d: &Device| {
+        let scales = (!q.scales.is_empty()).then(|| HostBytes::from_vec(q.scales.clone()));
+        d.upload_weight(
+            format,
+            rows,
+            cols,
+            HostBytes::from_vec(q.data.clone()),
+            scales,
+            q.tensor_scale,
+        )
+        .unwrap()
+    };
+    let (wg, wc) = (up(&dev), up(&cpu));
+    let mut failures = Vec::new();
+    for &n in ns {
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+        let xt = dev.upload_f32(&x, &[n, cols]).unwrap();
+        let mut out = dev.alloc(DType::F32, &[n, rows]).unwrap();
+        // Poison the output so an unwritten element cannot pass.
+        dev.write_f32(&mut out, &vec![f32::NAN; n * rows], &[n, rows])
+            .unwrap();
+        dev.matmul(&xt, &wg, &mut out).unwrap();
+        let got = dev.read_f32(&out).unwrap();
+        let xc = cpu.upload_f32(&x, &[n, cols]).unwrap();
+        let mut oc = cpu.alloc(DType::F32, &[n, rows]).unwrap();
+        cpu.matmul(&xc, &wc, &mut oc).unwrap();
+        let want = cpu.read_f32(&oc).unwrap();
+        let refs = par_map(n * rows, |i| {
+            let (j, r) = (i / rows, i % rows);
+            let (wr, xr) = (&deq[r * cols..(r + 1) * cols], &x[j * cols..(j + 1) * cols]);
+            let exact: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+            (exact, bound(n, wr, xr))
+        });
+        let mut worst = 0f64;
+        for (i, &(exact, tol)) in refs.iter().enumerate() {
+            let (g, c) = (got[i] as f64, want[i] as f64);
+            // Against the CPU backend and against the exact value: both within the bound.
+            let ratio = if g.is_nan() {
+                f64::INFINITY
+            } else {
+                (g - c).abs().max((g - exact).abs()) / tol
+            };
+            worst = worst.max(ratio);
+            if ratio > 1.0 && failures.len() < 20 {
+                failures.push(format!(
+                    "{} [{rows}x{cols}] n={n} out[{},{}] = {g}, cpu {c} (exact {exact}) ± {tol}",
+                    format.name(),
+                    i / rows,
+                    i % rows
+                ));
+            }
+        }
+        eprintln!(
+            "{:13} [{rows:5}x{cols:5}] n={n:3}: worst |gpu - cpu| / bound = {worst:.3}",
+            format.name()
+        );
+    }
+    failures
+}
+
+#[test]
+fn fp8_block128_matches_cpu_at_qwen_shapes() {
+    // Qwen3.5-27B's down projection (rows 5120, cols 17408) and its transpose shape.
+    let mut f = check(
+        QuantFormat::Fp8E4M3Block128,
+        5120,
+        17408,
+        &[1, 3, 8, 64, 300],
+        1,
+    );
+    f.extend(check(
+        QuantFormat::Fp8E4M3Block128,
+        17408,
+        5120,
+        &[1, 8, 64],
+        2,
+    ));
+    assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
+}
+
+#[test]
+fn fp8_partial_tiles_and_other_kinds_match_cpu() {
+    let ns = [1usize, 2, 3, 8, 9, 64, 300];
+    let mut f = Vec::new();
+    // Rows and columns that are not multiples of 128 (partial tiles on both edges), columns a
+    // multiple of 16 (the GPU's load width); rows not a multiple of the GEMV block's 8.
+    for (fi, &format) in [
+        QuantFormat::Fp8E4M3Block128,
+        QuantFormat::Fp8E5M2Block128,
+        QuantFormat::Fp8E4M3,
+        QuantFormat::Fp8E5M2,
+    ]
+    .iter()
+    .enumerate()
+    {
+        for (si, &(rows, cols)) in [(200usize, 208usize), (131, 4112), (67, 512)]
+            .iter()
+            .enumerate()
+        {
+            f.extend(check(
+                format,
+                rows,
+                cols,
+                &ns,
+                10 + 3 * fi as u64 + si as u64,
+            ));
+        }
+    }
+    assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
+}
+
+#[test]
+fn fp8_bad_shapes_are_typed_errors() {
+    let Some(dev) = cuda() else {
+        return;
+    };
+    let format = QuantFormat::Fp8E4M3Block128;
+    // 100 columns: not a multiple of the 16-byte load.
+    let (rows, cols) = (4usize, 100usize);
+    let scales = vec![0u8; format.scale_bytes(rows, cols)];
+    let r = dev.upload_weight(
+        format,
+        rows,
+        cols,
+        HostBytes::from_vec(vec![0u8; rows * cols]),
+        Some(HostBytes::from_vec(scales)),
+        None,
+    );
+    assert!(
+        matches!(r, Err(KernelError::Unsupported { .. })),
+        "{:?}",
+        r.err()
+    );
+    // Scales of the wrong size.
+    let (rows, cols) = (130usize, 256usize);
+    let r = dev.upload_weight(
+        format,
+        rows,
+        cols,
+        HostBytes::from_vec(vec![0u8; rows * cols]),
+        Some(HostBytes::from_vec(vec![0u8; 8])),
+        None,
+    );
+    assert!(r.is_err(), "short scales accepted");
+    // Missing scales.
+    let r = dev.upload_weight(
+        format,
+        rows,
+        cols,
+        HostBytes::from_vec(vec![0u8; rows * cols]),
+        None,
+        None,
+    );
+    assert!(r.is_err(), "missing scales accepted");
+}
