@@ -162,10 +162,13 @@ proptest! {
     /// below half a step of the coarsest uniform grid spanning the super-block: (max - min) / nmax
     /// for the asymmetric Q2_K/Q4_K/Q5_K, 2 * amax / (2 * nmax) for the symmetric Q3_K/Q6_K.
     /// A layout or scale-packing bug puts values in the wrong place and errors of whole ranges.
+    /// The claim needs a normal f16 super-block scale: Q6_K's is amax / 4096, which is subnormal
+    /// (2 to 10 significant bits) below amax ~ 0.25, so magnitudes start at 0.3. Tiny inputs are
+    /// still covered for bytes equal to llama.cpp's (the fixtures' 1e-7 block).
     #[test]
     fn k_quants_round_trip_within_half_a_step(
         x in prop::collection::vec(-1.0f32..1.0, 512),
-        scale in prop::sample::select(vec![1e-3f32, 0.5, 7.0, 300.0]),
+        scale in prop::sample::select(vec![0.3f32, 0.5, 7.0, 300.0]),
         offset in prop::sample::select(vec![0.0f32, 0.3, -0.8]),
         ti in 0usize..5,
     ) {

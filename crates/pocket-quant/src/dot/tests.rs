@@ -26,7 +26,11 @@ impl Rng {
     /// A finite f16 of magnitude 2^-10 .. 2^2 with either sign.
     fn f16(&mut self) -> [u8; 2] {
         let mag = 2f32.powi(-((self.next() % 12) as i32)) * (1.0 + self.f32().abs());
-        let v = if self.next().is_multiple_of(2) { mag } else { -mag };
+        let v = if self.next().is_multiple_of(2) {
+            mag
+        } else {
+            -mag
+        };
         half::f16::from_f32(v).to_le_bytes()
     }
 }
@@ -188,4 +192,25 @@ fn every_kernel_matches_dequantize_then_f64_dot() {
         ["Q8_1", "Q8_K", "I8", "I16", "I32", "I64", "F64"],
         "formats without a scalar dot"
     );
+}
+
+#[test]
+fn fp8_nan_codes_propagate_in_every_kernel() {
+    for (f, nan) in [
+        (QuantFormat::Fp8E4M3, 0x7fu8),
+        (QuantFormat::Fp8E4M3, 0xff),
+        (QuantFormat::Fp8E5M2, 0x7e),
+    ] {
+        let mut w = vec![0x38u8; 70];
+        w[45] = nan;
+        let x = vec![1.0f32; 70];
+        let mut kernels = vec![f.spec().dot.unwrap()];
+        kernels.extend(crate::simd::avx2_kernel(f));
+        for k in kernels {
+            let Kernel::F32(kf) = k else {
+                panic!("FP8 pairs with f32")
+            };
+            assert!(kf(&w, &[], &x).is_nan(), "{f} code {nan:#x}");
+        }
+    }
 }

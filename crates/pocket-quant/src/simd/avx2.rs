@@ -34,17 +34,8 @@ pub(crate) fn kernel(f: QuantFormat) -> Option<Kernel> {
     })
 }
 
-macro_rules! safe_wrapper {
-    ($name:ident, $inner:ident, $w:ty) => {
-        fn $name(w: &[u8], s: &[u8], x: &[$w]) -> f32 {
-            // SAFETY: only reachable through `kernel`, handed out after the CPU feature check.
-            unsafe { $inner(w, s, x) }
-        }
-    };
-}
-
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -52,14 +43,14 @@ unsafe fn hsum(v: __m256) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     let h = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
 /// 16 bytes of packed nibbles to 32 bytes: low nibbles in lanes 0..16, high nibbles in 16..32.
 #[inline(always)]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     let t = _mm_loadu_si128(p as *const __m128i);
     let v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
     _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
@@ -67,19 +58,19 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 
 /// Sum of adjacent u8 x i8 products as 8 i32 lanes.
 #[inline(always)]
-unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
+pub(super) unsafe fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
 }
 
 /// Same for signed x signed (|a| < 128 and a != -128).
 #[inline(always)]
-unsafe fn dot_i8_i8(a: __m256i, b: __m256i) -> __m256i {
+pub(super) unsafe fn dot_i8_i8(a: __m256i, b: __m256i) -> __m256i {
     dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a))
 }
 
 /// 32 bits to 32 bytes, 0xFF where the bit is set (bit j -> byte j).
 #[inline(always)]
-unsafe fn bits_to_bytes(bits: u32) -> __m256i {
+pub(super) unsafe fn bits_to_bytes(bits: u32) -> __m256i {
     let shuf = _mm256_setr_epi64x(
         0,
         0x0101_0101_0101_0101,
@@ -93,12 +84,12 @@ unsafe fn bits_to_bytes(bits: u32) -> __m256i {
 
 /// Logical right shift of 16-bit lanes by a run-time count.
 #[inline(always)]
-unsafe fn srl16(v: __m256i, n: i32) -> __m256i {
+pub(super) unsafe fn srl16(v: __m256i, n: i32) -> __m256i {
     _mm256_srl_epi16(v, _mm_cvtsi32_si128(n))
 }
 
 #[inline(always)]
-unsafe fn load(p: *const i8) -> __m256i {
+pub(super) unsafe fn load(p: *const i8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
@@ -298,7 +289,7 @@ safe_wrapper!(dot_iq4_nl, dot_iq4_nl_impl, BlockQ8);
 
 /// Two 16-lane i16 scale broadcasts: low 128 bits `a`, high 128 bits `b`.
 #[inline(always)]
-unsafe fn scale_pair(a: i16, b: i16) -> __m256i {
+pub(super) unsafe fn scale_pair(a: i16, b: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
 }
 
