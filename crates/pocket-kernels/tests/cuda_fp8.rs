@@ -253,3 +253,82 @@ fn fp8_bad_shapes_are_typed_errors() {
     );
     assert!(r.is_err(), "missing scales accepted");
 }
+
+/// Every finite code of both FP8 formats decodes exactly: row `r` of a 256x256 weight holds code
+/// `r` (NaN and infinity codes replaced by 0), x is a one-hot row, and the scales are powers of
+/// two, so every path (GEMV, f16 prefill) must reproduce the CPU's table value exactly.
+#[test]
+fn fp8_every_code_decodes_exactly() {
+    let Some(dev) = cuda() else {
+        return;
+    };
+    let cpu = Device::open(DeviceKind::Cpu).unwrap();
+    let (rows, cols) = (256usize, 256usize);
+    for format in [
+        QuantFormat::Fp8E4M3,
+        QuantFormat::Fp8E5M2,
+        QuantFormat::Fp8E4M3Block128,
+        QuantFormat::Fp8E5M2Block128,
+    ] {
+        let e5m2 = matches!(format, QuantFormat::Fp8E5M2 | QuantFormat::Fp8E5M2Block128);
+        let finite = |c: u8| {
+            if e5m2 {
+                c & 0x7c != 0x7c
+            } else {
+                c & 0x7f != 0x7f
+            }
+        };
+        let data: Vec<u8> = (0..rows * cols)
+            .map(|i| (i / cols) as u8)
+            .map(|c| if finite(c) { c } else { 0 })
+            .collect();
+        let (scales, ts) = if format.scale_bytes(rows, cols) > 0 {
+            // At most 1: E5M2's largest code (57344) times the scale must stay within f16 in the
+            // prefill path, as real tile scales (amax / 57344) guarantee.
+            let s: Vec<u8> = [0.25f32, 0.5, 1.0, 0.125]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            (Some(s), None)
+        } else {
+            (None, Some(0.5f32))
+        };
+        let up = |d: &Device| {
+            d.upload_weight(
+                format,
+                rows,
+                cols,
+                HostBytes::from_vec(data.clone()),
+                scales.clone().map(HostBytes::from_vec),
+                ts,
+            )
+            .unwrap()
+        };
+        let (wg, wc) = (up(&dev), up(&cpu));
+        for n in [1usize, 8, 9] {
+            // Row j is one-hot at column 7 + 16 j (inside the first tile column for j < 8).
+            let mut x = vec![0f32; n * cols];
+            for j in 0..n {
+                x[j * cols + (7 + 16 * j) % cols] = 1.0;
+            }
+            let xt = dev.upload_f32(&x, &[n, cols]).unwrap();
+            let mut out = dev.alloc(DType::F32, &[n, rows]).unwrap();
+            dev.matmul(&xt, &wg, &mut out).unwrap();
+            let got = dev.read_f32(&out).unwrap();
+            let xc = cpu.upload_f32(&x, &[n, cols]).unwrap();
+            let mut oc = cpu.alloc(DType::F32, &[n, rows]).unwrap();
+            cpu.matmul(&xc, &wc, &mut oc).unwrap();
+            let want = cpu.read_f32(&oc).unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g == w, // exact (±0 compare equal: the sign of a zero sum is order-dependent)
+                    "{} n={n}: code {:#04x} (out[{}, {}]) decodes to {g}, CPU {w}",
+                    format.name(),
+                    data[(i % rows) * cols],
+                    i / rows,
+                    i % rows
+                );
+            }
+        }
+    }
+}

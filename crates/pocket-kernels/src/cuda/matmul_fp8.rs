@@ -14,7 +14,8 @@
 //! step the task allowed: cuBLAS picks the best f16 kernel for every GPU from Turing on (no
 //! `mma.sync` of ours to guard by arch, the compute_75 PTX stays loadable), and the extra traffic
 //! of the f16 scratch (write 2 + read 2 bytes per weight per chunk) is small next to the GEMM's
-//! arithmetic at prefill batch sizes. A fused FP8-tile GEMM (dequantize into shared memory before
+//! arithmetic at prefill batch sizes. The f16 scratch holds code x tile scale, which for real
+//! checkpoints is the weight itself (scale = tile amax / largest code), far inside f16's range. A fused FP8-tile GEMM (dequantize into shared memory before
 //! `mma.sync`, or Hopper's native FP8 `wgmma`) is the next step if the prefill profile asks.
 
 use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
