@@ -265,3 +265,95 @@ fn typed_errors() {
     );
     assert_eq!(QuantFormat::from_ggml(GgmlType::Q6_K).block_bytes(), 210);
 }
+
+#[test]
+fn new_entry_points_give_typed_errors() {
+    // K-quant quantizers: partial super-blocks are an error, non-finite input is not a panic
+    for t in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        let f = QuantFormat::Ggml(t);
+        assert!(matches!(
+            quantize(f, &[1.0; 255]),
+            Err(QuantError::NotBlockMultiple { .. })
+        ));
+        let mut x = vec![0.5f32; 256];
+        x[3] = f32::NAN;
+        x[9] = f32::INFINITY;
+        x[200] = -1e38;
+        assert_eq!(quantize(f, &x).unwrap().len(), f.block_bytes());
+    }
+    // IQ/TQ dots need whole 256-element activation blocks; a short row of data is a mismatch
+    let iq = QuantFormat::Ggml(GgmlType::IQ2_XXS);
+    let data = vec![0u8; 66];
+    let m = QuantMatrix {
+        format: iq,
+        rows: 1,
+        cols: 256,
+        data: &data,
+        scales: None,
+        tensor_scale: None,
+    };
+    let mut y = [0.0f32; 1];
+    assert!(matmul(&m, &[0.0; 256], 1, &mut y).is_ok());
+    let m2 = QuantMatrix { cols: 128, ..m };
+    assert!(matches!(
+        matmul(&m2, &[0.0; 128], 1, &mut y),
+        Err(QuantError::NotBlockMultiple { .. })
+    ));
+    let m3 = QuantMatrix {
+        data: &data[..65],
+        ..m
+    };
+    assert!(matches!(
+        matmul(&m3, &[0.0; 256], 1, &mut y),
+        Err(QuantError::LengthMismatch { .. })
+    ));
+    // FP8 tiles and safetensors FP4 need their companion scales, of the right length
+    let w = vec![0x38u8; 2 * 200];
+    for (f, sc_len) in [
+        (QuantFormat::Fp8E4M3Block128, 8usize),
+        (QuantFormat::NvFp4, 384 / 16),
+    ] {
+        // NVFP4 rows pair with 32-element activation blocks: 384 columns = 192 bytes
+        let cols = if f == QuantFormat::NvFp4 { 384 } else { 200 };
+        let rows = if f == QuantFormat::NvFp4 { 1 } else { 2 };
+        let data = if f == QuantFormat::NvFp4 {
+            &w[..192]
+        } else {
+            &w[..]
+        };
+        let scales = vec![0x38u8; sc_len + 1];
+        let m = QuantMatrix {
+            format: f,
+            rows,
+            cols,
+            data,
+            scales: None,
+            tensor_scale: None,
+        };
+        let x = vec![1.0f32; cols];
+        let mut y = vec![0.0f32; rows];
+        assert!(matches!(
+            matmul(&m, &x, 1, &mut y),
+            Err(QuantError::MissingScales(_))
+        ));
+        let m = QuantMatrix {
+            scales: Some(&scales),
+            ..m
+        };
+        assert!(matches!(
+            matmul(&m, &x, 1, &mut y),
+            Err(QuantError::LengthMismatch { .. })
+        ));
+        let m = QuantMatrix {
+            scales: Some(&scales[..sc_len]),
+            ..m
+        };
+        assert!(matmul(&m, &x, 1, &mut y).is_ok(), "{f}");
+    }
+}
