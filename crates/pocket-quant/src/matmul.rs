@@ -47,10 +47,16 @@ fn tiled(
         return None;
     }
     let f = tile::range_fn(w.format)?;
+    // Interleaved tiles pay off from a few rows on; below that, row-at-a-time GEMV.
+    let mut tiles = Vec::new();
+    if n >= 4 {
+        tile::interleave(x, n, w.cols / 32, &mut tiles);
+    }
     let job = tile::Job {
         w: w.data,
         rb,
         x,
+        tiles: &tiles,
         n,
         nb: w.cols / 32,
         ys: w.rows,

@@ -194,14 +194,114 @@ unsafe fn tile<L: Legacy, const RW: usize, const RA: usize>(
     out
 }
 
+/// Activation rows per interleaved tile.
+pub(super) const TA: usize = 8;
+
+/// Block `k` of [`TA`] activation rows, interleaved so one tile step reads one contiguous 320
+/// bytes: the rows' int8 codes, scales and scaled sums (the same values as their [`BlockQ8`]s).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub(super) struct TileBlock {
+    /// Codes of each row's block.
+    qs: [[i8; 32]; TA],
+    /// Scale of each row's block.
+    d: [f32; TA],
+    /// `d * sum(qs)` of each row's block.
+    s: [f32; TA],
+}
+
+/// Interleaves `n` rows of `nb` activation blocks into `n.div_ceil(TA)` tiles of `nb` steps;
+/// the rows past `n` in the last tile are zero blocks (they add nothing and are not stored).
+pub(super) fn interleave(x: &[BlockQ8], n: usize, nb: usize, out: &mut Vec<TileBlock>) {
+    let zero = TileBlock {
+        qs: [[0; 32]; TA],
+        d: [0.0; TA],
+        s: [0.0; TA],
+    };
+    out.clear();
+    out.resize(n.div_ceil(TA) * nb, zero);
+    for (j, row) in x.chunks_exact(nb).take(n).enumerate() {
+        let (t, a) = (j / TA, j % TA);
+        for (k, b) in row.iter().enumerate() {
+            let tb = &mut out[t * nb + k];
+            tb.qs[a] = b.qs;
+            tb.d[a] = b.d;
+            tb.s[a] = b.s;
+        }
+    }
+}
+
+/// Sums of the 8 i32 lanes of each of `p[0..8]`, as lanes 0..8 of one vector.
+#[inline(always)]
+unsafe fn reduce8(p: [__m256i; TA]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(p[0], p[1]);
+    let h23 = _mm256_hadd_epi32(p[2], p[3]);
+    let h45 = _mm256_hadd_epi32(p[4], p[5]);
+    let h67 = _mm256_hadd_epi32(p[6], p[7]);
+    // per 128-bit half: [p0, p1, p2, p3] partial sums of that half's lanes
+    let h0123 = _mm256_hadd_epi32(h01, h23);
+    let h4567 = _mm256_hadd_epi32(h45, h67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256(h0123, h4567, 0x20),
+        _mm256_permute2x128_si256(h0123, h4567, 0x31),
+    )
+}
+
+/// `out[r][a] = dot(weight row r, activation row a of the tile)` for the `RW` weight rows at
+/// `w[r]` over `nb` blocks of the interleaved tile at `x`.
+///
+/// Each step computes the 8 exact integer block dots of a weight block against the tile's 8
+/// activation blocks, reduces them into one vector (lane a = activation row a), and applies the
+/// 8 scale products `dw * dy[a]` with one FMA: one accumulator per weight row.
+#[inline(always)]
+unsafe fn tile8<L: Legacy, const RW: usize>(
+    w: [*const u8; RW],
+    x: *const TileBlock,
+    nb: usize,
+) -> [[f32; TA]; RW] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); RW];
+    let mut corr = [_mm256_setzero_ps(); RW];
+    for k in 0..nb {
+        let tb = &*x.add(k);
+        let yd = _mm256_load_ps(tb.d.as_ptr());
+        for r in 0..RW {
+            let (q, d, c) = L::unpack(w[r].add(k * L::BB));
+            let qa = if L::SIGNED { _mm256_sign_epi8(q, q) } else { q };
+            let p: [__m256i; TA] = std::array::from_fn(|a| {
+                let yq = _mm256_load_si256(tb.qs[a].as_ptr() as *const __m256i);
+                let yq = if L::SIGNED {
+                    _mm256_sign_epi8(yq, q)
+                } else {
+                    yq
+                };
+                _mm256_madd_epi16(_mm256_maddubs_epi16(qa, yq), ones)
+            });
+            let sums = _mm256_cvtepi32_ps(reduce8(p));
+            acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(d), yd), acc[r]);
+            if !L::SIGNED {
+                corr[r] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(c), _mm256_load_ps(tb.s.as_ptr()), corr[r]);
+            }
+        }
+    }
+    let mut out = [[0.0f32; TA]; RW];
+    for r in 0..RW {
+        _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_add_ps(acc[r], corr[r]));
+    }
+    out
+}
+
 /// The inputs of one weight-row range of a matmul.
 pub(super) struct Job<'a> {
     /// All weight rows, `rb` bytes each.
     pub w: &'a [u8],
     /// Bytes per weight row.
     pub rb: usize,
-    /// Activations, `n` rows of `nb` blocks.
+    /// Activations, `n` rows of `nb` blocks (used when `tiles` is empty).
     pub x: &'a [BlockQ8],
+    /// The activations interleaved by [`interleave`], or empty for the row-at-a-time path.
+    pub tiles: &'a [TileBlock],
     /// Activation rows.
     pub n: usize,
     /// Blocks per row.
@@ -217,7 +317,7 @@ pub(super) struct Job<'a> {
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; `y` must point at `n * ys` writable floats of which no
 /// other thread writes the columns `r0..r1`; `job` must be consistent (`w` holds `rb`-byte rows of
-/// `nb` blocks, `x` holds `n * nb` blocks).
+/// `nb` blocks, `x` holds `n * nb` blocks, `tiles` is empty or `interleave` of `x`).
 pub(super) type RangeFn = unsafe fn(&Job<'_>, usize, usize, *mut f32);
 
 /// The tiled kernel for `f`, if it is one of the 32-element formats with a [`BlockQ8`] dot.
@@ -233,49 +333,42 @@ pub(super) fn range_fn(f: QuantFormat) -> Option<RangeFn> {
     })
 }
 
-/// Activation rows per tile (prefill) and weight rows per tile.
-const RA: usize = 4;
+/// Weight rows per interleaved-tile step.
 const RW: usize = 2;
-/// Weight rows per tile for a single activation row (decode GEMV: more independent streams).
+/// Weight rows per step for a single activation row (decode GEMV: more independent streams).
 const RW1: usize = 4;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn range<L: Legacy>(job: &Job<'_>, r0: usize, r1: usize, y: *mut f32) {
-    let (wp, xp, nb, rb, ys, ts) = (
-        job.w.as_ptr(),
-        job.x.as_ptr(),
-        job.nb,
-        job.rb,
-        job.ys,
-        job.ts,
-    );
+    let (wp, nb, rb, ys, ts) = (job.w.as_ptr(), job.nb, job.rb, job.ys, job.ts);
     let wrow = |r: usize| wp.add(r * rb);
-    let xrow = |j: usize| xp.add(j * nb);
-    let mut j = 0;
-    // Activation tiles outermost: the tile's blocks stay in L1 while the range's weight rows
-    // (sized by the caller to stay in L2) stream past it.
-    while j + RA <= job.n {
-        let xs = std::array::from_fn::<_, RA, _>(|a| xrow(j + a));
-        let mut r = r0;
-        while r + RW <= r1 {
-            let o = tile::<L, RW, RA>(std::array::from_fn(|i| wrow(r + i)), xs, nb);
-            for (i, row) in o.iter().enumerate() {
-                for (a, v) in row.iter().enumerate() {
-                    *y.add((j + a) * ys + r + i) = v * ts;
+    if !job.tiles.is_empty() {
+        // Activation tiles outermost: a tile (320 bytes per block) stays in L1 while the
+        // range's weight rows (sized by the caller to stay in L2) stream past it.
+        for (t, tile) in job.tiles.chunks_exact(nb).enumerate() {
+            let rows = (job.n - t * TA).min(TA);
+            let store = |r: usize, o: &[f32; TA]| {
+                for (a, v) in o.iter().take(rows).enumerate() {
+                    *y.add((t * TA + a) * ys + r) = v * ts;
                 }
+            };
+            let mut r = r0;
+            while r + RW <= r1 {
+                let o = tile8::<L, RW>(std::array::from_fn(|i| wrow(r + i)), tile.as_ptr(), nb);
+                for (i, oi) in o.iter().enumerate() {
+                    store(r + i, oi);
+                }
+                r += RW;
             }
-            r += RW;
-        }
-        if r < r1 {
-            let o = tile::<L, 1, RA>([wrow(r)], xs, nb);
-            for (a, v) in o[0].iter().enumerate() {
-                *y.add((j + a) * ys + r) = v * ts;
+            if r < r1 {
+                store(r, &tile8::<L, 1>([wrow(r)], tile.as_ptr(), nb)[0]);
             }
         }
-        j += RA;
+        return;
     }
-    while j < job.n {
-        let xs = [xrow(j)];
+    let xp = job.x.as_ptr();
+    for j in 0..job.n {
+        let xs = [xp.add(j * nb)];
         let mut r = r0;
         while r + RW1 <= r1 {
             let o = tile::<L, RW1, 1>(std::array::from_fn(|i| wrow(r + i)), xs, nb);
@@ -288,7 +381,6 @@ unsafe fn range<L: Legacy>(job: &Job<'_>, r0: usize, r1: usize, y: *mut f32) {
             *y.add(j * ys + r) = tile::<L, 1, 1>([wrow(r)], xs, nb)[0][0] * ts;
             r += 1;
         }
-        j += 1;
     }
 }
 
