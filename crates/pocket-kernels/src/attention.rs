@@ -26,7 +26,8 @@ pub struct AttentionMeta {
     pub slot_mapping: Tensor,
     /// Number of sequences in the batch (may be less than the tensors' capacity).
     pub num_seqs: usize,
-    /// Longest `seq_lens` entry, so kernels can size their split along the keys.
+    /// Longest `seq_lens` entry, or any larger bound (a captured decode graph passes its context
+    /// bucket), so kernels can size their split along the keys; never read as a length.
     pub max_seq_len: usize,
 }
 

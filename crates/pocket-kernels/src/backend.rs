@@ -4,6 +4,7 @@
 //! as a CUDA graph. Activations are batch-first: `[tokens, features]`. Each op validates shapes
 //! and devices and returns [`crate::KernelError`] on a mismatch; none panics.
 
+use crate::device::GraphExec;
 use crate::recurrent::{DeltaRuleParams, RecurrentMeta};
 use crate::rope::DeviceRope;
 use crate::{
@@ -109,6 +110,53 @@ pub trait Backend: Send + Sync {
     /// Copies rows `src_rows[i]` of `src` (`[m, d]`) to row `i` of `out` (`[n, d]`); used to keep
     /// only the last token of each sequence before the output projection.
     fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()>;
+
+    // ---- graphs and device sampling (defaults: unsupported, so other backends compile) ------
+
+    /// Whether this backend can record graphs ([`crate::Device::capture`]).
+    fn supports_graphs(&self) -> bool {
+        false
+    }
+
+    /// Starts recording this thread's ops on the device instead of running them.
+    fn begin_graph_capture(&self) -> Result<()> {
+        Err(unsupported(self, "begin_graph_capture"))
+    }
+
+    /// Stops recording and returns the instantiated graph (also ends a capture whose ops failed).
+    fn end_graph_capture(&self) -> Result<Box<dyn GraphExec>> {
+        Err(unsupported(self, "end_graph_capture"))
+    }
+
+    /// Greedy pick with its log-probability: for each row of `logits` (`[n, vocab]`) the index of
+    /// the largest value (first on ties; NaN never wins) into `ids` u32 `[n]` and
+    /// `logits[id] - logsumexp(row)` into `logprobs` f32 `[n]`.
+    fn argmax_logprob(
+        &self,
+        logits: &Tensor,
+        ids: &mut Tensor,
+        logprobs: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (logits, ids, logprobs);
+        Err(unsupported(self, "argmax_logprob"))
+    }
+
+    /// Draws one token per row of `logits` (`[n, vocab]`) on the device: `params` f32 `[n, 4]`
+    /// holds each row's temperature, top-k (as a float, 0 = off), top-p and min-p; `seeds` u32
+    /// `[n, 4]` each row's counter-based RNG key (seed low, seed high) and counter (low, high).
+    /// Writes the id into `ids` u32 `[n]` and its log-probability under the unmodified logits
+    /// into `logprobs` f32 `[n]`. A row with temperature 0 is greedy.
+    fn sample_rows(
+        &self,
+        logits: &Tensor,
+        params: &Tensor,
+        seeds: &Tensor,
+        ids: &mut Tensor,
+        logprobs: &mut Tensor,
+    ) -> Result<()> {
+        let _ = (logits, params, seeds, ids, logprobs);
+        Err(unsupported(self, "sample_rows"))
+    }
 
     // ---- recurrent (Gated DeltaNet) ops --------------------------------------------------
     // Default bodies report `Unsupported`, so a backend compiles before it implements them.

@@ -3,7 +3,35 @@
 use std::sync::Arc;
 
 use crate::rope::{DeviceRope, RopeTable};
-use crate::{Backend, Result};
+use crate::{Backend, KernelError, Result};
+
+/// A backend's captured sequence of ops (see [`Device::capture`]).
+pub trait GraphExec: Send {
+    /// Launches the captured ops once, asynchronously, on the device's stream.
+    fn replay(&self) -> Result<()>;
+}
+
+/// A captured, replayable sequence of device ops. Replays read and write the same device buffers
+/// the capture used, so per-step inputs must be written into those buffers (`write_u32`) first.
+pub struct Graph(Box<dyn GraphExec>);
+
+impl Graph {
+    /// Wraps a backend's captured graph.
+    pub fn new(exec: Box<dyn GraphExec>) -> Graph {
+        Graph(exec)
+    }
+
+    /// Runs the captured ops again (asynchronously, ordered after earlier work).
+    pub fn replay(&self) -> Result<()> {
+        self.0.replay()
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Graph")
+    }
+}
 
 /// Which kind of device to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +105,39 @@ impl Device {
     /// Which device this is.
     pub fn kind(&self) -> DeviceKind {
         self.kind
+    }
+
+    /// The device's memory now and this process's peak on it, where the backend reports them.
+    pub fn memory_info(&self) -> Option<crate::backend::MemoryInfo> {
+        self.backend.memory_info()
+    }
+
+    /// Whether [`Device::capture`] records graphs here (CUDA) or only runs eagerly (CPU).
+    pub fn supports_graphs(&self) -> bool {
+        self.backend.supports_graphs()
+    }
+
+    /// Runs `f` and, where the backend supports it, records its ops as a [`Graph`].
+    ///
+    /// Either way `f`'s work has been done when this returns: a captured graph is replayed once
+    /// right after capture. `f` must only launch ops on buffers that outlive the graph and must
+    /// not allocate or read device data back (the CUDA backend refuses both while capturing).
+    /// On the CPU `f` simply runs and the graph is `None`. If `f` fails, the capture is
+    /// abandoned and its error returned.
+    pub fn capture<T, E: From<KernelError>>(
+        &self,
+        f: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<(T, Option<Graph>), E> {
+        if !self.supports_graphs() {
+            return f().map(|t| (t, None));
+        }
+        self.backend.begin_graph_capture()?;
+        let out = f();
+        let graph = self.backend.end_graph_capture();
+        let t = out?;
+        let g = Graph::new(graph?);
+        g.replay()?;
+        Ok((t, Some(g)))
     }
 
     /// Uploads a RoPE table for [`Backend::rope`].

@@ -86,6 +86,59 @@ impl BatchTensors {
         })
     }
 
+    /// Device tensors of fixed capacity for pure-decode batches of up to `max_seqs` sequences
+    /// with block tables `max_blocks` wide. They are never reallocated (see
+    /// [`BatchTensors::write_fixed`]), so a graph captured over them stays valid.
+    pub fn with_capacity(dev: &Device, max_seqs: usize, max_blocks: usize) -> Result<Self> {
+        let a = |n: usize| dev.alloc(DType::U32, &[n.max(1)]);
+        let s = max_seqs.max(1);
+        Ok(BatchTensors {
+            ids: a(s)?,
+            positions: a(s)?,
+            meta: AttentionMeta {
+                query_start: a(s + 1)?,
+                seq_lens: a(s)?,
+                block_tables: a(s * max_blocks.max(1))?,
+                slot_mapping: a(s)?,
+                num_seqs: 0,
+                max_seq_len: 0,
+            },
+            last_rows: a(s)?,
+        })
+    }
+
+    /// Copies `plan` into these tensors in place, failing (instead of reallocating, which would
+    /// leave a captured graph reading stale buffers) when it does not fit their capacity.
+    pub fn write_fixed(&mut self, dev: &Device, plan: &BatchPlan) -> Result<()> {
+        let (n, s) = (plan.num_tokens(), plan.num_seqs());
+        let fixed = |t: &mut Tensor, data: &[u32], shape: &[usize]| -> Result<()> {
+            if data.len() > t.capacity() {
+                return Err(crate::LayerError::Shape(format!(
+                    "decode batch of {} values exceeds its fixed buffer of {}",
+                    data.len(),
+                    t.capacity()
+                )));
+            }
+            dev.write_u32(t, data, shape)?;
+            Ok(())
+        };
+        fixed(&mut self.ids, &plan.tokens, &[n])?;
+        fixed(&mut self.positions, &plan.positions, &[n])?;
+        let m = &mut self.meta;
+        fixed(&mut m.query_start, &plan.query_start, &[s + 1])?;
+        fixed(&mut m.seq_lens, &plan.seq_lens, &[s])?;
+        fixed(
+            &mut m.block_tables,
+            &plan.block_tables,
+            &[s, plan.max_blocks],
+        )?;
+        fixed(&mut m.slot_mapping, &plan.slot_mapping, &[n])?;
+        m.num_seqs = s;
+        m.max_seq_len = plan.max_seq_len;
+        fixed(&mut self.last_rows, &plan.last_rows, &[s])?;
+        Ok(())
+    }
+
     /// Copies `plan` to the device.
     pub fn upload(&mut self, dev: &Device, plan: &BatchPlan) -> Result<()> {
         let (n, s) = (plan.num_tokens(), plan.num_seqs());

@@ -28,10 +28,10 @@ pub struct KvCacheConfig {
 }
 
 impl KvCacheConfig {
-    /// Bytes the cache tensors take.
+    /// Bytes the cache tensors take (the pool plus the padding block).
     pub fn bytes(&self) -> usize {
         2 * self.num_layers
-            * self.num_blocks
+            * (self.num_blocks + 1)
             * self.block_size
             * self.num_kv_heads
             * self.head_dim
@@ -63,8 +63,10 @@ impl KvCache {
                 "bad KV cache geometry {config:?}"
             )));
         }
+        // One block past the pool (never handed to a sequence) receives the K/V of the padding
+        // rows of fixed-size decode batches (see [`KvCache::pad_block`]).
         let shape = [
-            config.num_blocks,
+            config.num_blocks + 1,
             config.block_size,
             config.num_kv_heads,
             config.head_dim,
@@ -88,6 +90,20 @@ impl KvCache {
     /// The geometry.
     pub fn config(&self) -> &KvCacheConfig {
         &self.config
+    }
+
+    /// The spare block that padding rows of a fixed-size decode batch write to and attend over;
+    /// no sequence ever owns it.
+    pub fn pad_block(&self) -> u32 {
+        self.config.num_blocks as u32
+    }
+
+    /// Width of a block-table row that fits the longest allowed sequence.
+    pub fn max_blocks_per_seq(&self) -> usize {
+        self.config
+            .max_seq_len
+            .div_ceil(self.config.block_size)
+            .max(1)
     }
 
     /// Registers an empty sequence.

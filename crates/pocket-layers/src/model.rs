@@ -3,7 +3,7 @@
 use pocket_kernels::{DType, Device, Tensor};
 
 use crate::batch::BatchPlan;
-use crate::{KvCache, KvCacheConfig, Result};
+use crate::{KvCache, KvCacheConfig, LayerError, Result};
 
 /// Static facts about a loaded model that the engine and cache sizing need.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,4 +57,44 @@ pub trait Model: Send {
     /// Runs `plan` (already reserved in `cache` by [`KvCache::plan`]) and returns the logits
     /// `[num_seqs, vocab]` on the model's device, in `plan`'s sequence order.
     fn forward(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<&Tensor>;
+
+    /// Whether [`Model::prepare_decode`] and [`Model::forward_decode`] are implemented, so the
+    /// engine may capture decode steps as device graphs. A model that says yes promises that
+    /// [`Model::forward`] reallocates its workspaces only for a batch of more tokens than every
+    /// earlier one (the engine drops its graphs then).
+    fn supports_decode_graphs(&self) -> bool {
+        false
+    }
+
+    /// Writes a pure-decode `plan` (one token per sequence, at most
+    /// [`DECODE_GRAPH_MAX_SEQS`] sequences, block tables of a fixed width) into fixed device
+    /// buffers that [`Model::forward_decode`] reads. Only host-to-device copies, no kernels.
+    fn prepare_decode(&mut self, plan: &BatchPlan) -> Result<()> {
+        let _ = plan;
+        Err(LayerError::Config(format!(
+            "{}: no decode graphs",
+            self.info().architecture
+        )))
+    }
+
+    /// The forward of the batch [`Model::prepare_decode`] wrote: kernel launches only, over
+    /// buffers that live as long as the model, so it can be captured and replayed. Returns the
+    /// logits `[num_seqs, vocab]`, always the same tensor.
+    fn forward_decode(&mut self, cache: &mut KvCache) -> Result<&Tensor> {
+        let _ = cache;
+        Err(LayerError::Config(format!(
+            "{}: no decode graphs",
+            self.info().architecture
+        )))
+    }
+
+    /// The logits tensor [`Model::forward_decode`] writes (what a replayed decode graph wrote
+    /// last), if the model has one.
+    fn decode_logits(&self) -> Option<&Tensor> {
+        None
+    }
 }
+
+/// Most sequences of a decode batch that [`Model::prepare_decode`] accepts (the decode GEMV's
+/// row limit: larger batches go through the GEMM path and stay eager).
+pub const DECODE_GRAPH_MAX_SEQS: usize = 8;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use pocket_formats::{StoreMetadata, TensorStore};
 use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::{AttentionParams, Device, Tensor, Weight};
+use pocket_layers::model::DECODE_GRAPH_MAX_SEQS;
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
     Attention, AttentionScratch, BatchPlan, BatchTensors, KvCache, LayerError, Linear, Mlp,
@@ -38,6 +39,8 @@ struct Block {
 /// Activations reused across steps.
 struct Workspace {
     batch: BatchTensors,
+    /// Fixed-capacity inputs of graph-captured decode steps (allocated on first use).
+    decode: Option<BatchTensors>,
     hidden: Tensor,
     normed: Tensor,
     delta: Tensor,
@@ -161,6 +164,7 @@ impl LlamaModel {
         let rows = 16;
         let ws = Workspace {
             batch: BatchTensors::new(dev)?,
+            decode: None,
             hidden: workspace(dev, rows, h)?,
             normed: workspace(dev, rows, h)?,
             delta: workspace(dev, rows, h)?,
@@ -199,17 +203,67 @@ impl Model for LlamaModel {
     }
 
     fn forward(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<&Tensor> {
-        let dev = &self.dev;
-        let ws = &mut self.ws;
         let (n, s) = (plan.num_tokens(), plan.num_seqs());
         if n == 0 {
             return Err(LayerError::Shape("empty batch".into()));
         }
-        ws.batch.upload(dev, plan)?;
+        self.ws.batch.upload(&self.dev, plan)?;
+        self.run(false, n, s, cache)
+    }
+
+    fn supports_decode_graphs(&self) -> bool {
+        true
+    }
+
+    fn prepare_decode(&mut self, plan: &BatchPlan) -> Result<()> {
+        let s = plan.num_seqs();
+        if s == 0 || s > DECODE_GRAPH_MAX_SEQS || plan.num_tokens() != s {
+            return Err(LayerError::Shape(format!(
+                "decode batch of {} tokens over {s} sequences",
+                plan.num_tokens()
+            )));
+        }
+        if self.ws.decode.is_none() {
+            self.ws.decode = Some(BatchTensors::with_capacity(
+                &self.dev,
+                DECODE_GRAPH_MAX_SEQS,
+                plan.max_blocks,
+            )?);
+        }
+        if let Some(b) = self.ws.decode.as_mut() {
+            b.write_fixed(&self.dev, plan)?;
+        }
+        Ok(())
+    }
+
+    fn decode_logits(&self) -> Option<&Tensor> {
+        self.ws.decode.as_ref().map(|_| &self.ws.logits)
+    }
+
+    fn forward_decode(&mut self, cache: &mut KvCache) -> Result<&Tensor> {
+        let s = match &self.ws.decode {
+            Some(b) if b.meta.num_seqs > 0 => b.meta.num_seqs,
+            _ => return Err(LayerError::Shape("no decode batch prepared".into())),
+        };
+        self.run(true, s, s, cache)
+    }
+}
+
+impl LlamaModel {
+    /// The forward over the batch in `ws.batch` (or `ws.decode` when `decode`): `n` tokens of
+    /// `s` sequences, launching kernels only (workspaces grow, never shrink, with `n`).
+    fn run(&mut self, decode: bool, n: usize, s: usize, cache: &mut KvCache) -> Result<&Tensor> {
+        let dev = &self.dev;
+        let ws = &mut self.ws;
+        let batch = match (&ws.decode, decode) {
+            (Some(b), true) => b,
+            (None, true) => return Err(LayerError::Shape("no decode batch prepared".into())),
+            (_, false) => &ws.batch,
+        };
         for t in [&mut ws.hidden, &mut ws.normed, &mut ws.delta] {
             fit(dev, t, n)?;
         }
-        dev.embedding(&self.embed, &ws.batch.ids, &mut ws.hidden)?;
+        dev.embedding(&self.embed, &batch.ids, &mut ws.hidden)?;
         self.blocks[0]
             .attn_norm
             .forward(dev, &ws.hidden, &mut ws.normed)?;
@@ -217,7 +271,7 @@ impl Model for LlamaModel {
             b.attn.forward(
                 dev,
                 &ws.normed,
-                &ws.batch,
+                batch,
                 &self.rope,
                 cache,
                 &mut ws.attn,
@@ -234,7 +288,7 @@ impl Model for LlamaModel {
         }
         fit(dev, &mut ws.last, s)?;
         fit(dev, &mut ws.logits, s)?;
-        dev.gather_rows(&ws.normed, &ws.batch.last_rows, &mut ws.last)?;
+        dev.gather_rows(&ws.normed, &batch.last_rows, &mut ws.last)?;
         dev.matmul(
             &ws.last,
             self.lm_head.as_ref().unwrap_or(&self.embed),

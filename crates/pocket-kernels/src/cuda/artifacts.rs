@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "a7b5d406ddb46fd7fd07f67d8ca0883c6aa906f10ca0d74e6ded64c76c217ab6";
+    "e88dc70c7b172dc18b1a216eb4e606bde1201317c175f517635af28008d6ff4a";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,6 +22,8 @@ pub enum ModuleId {
     GemvFp8,
     /// `kernels/norm.cu`.
     Norm,
+    /// `kernels/sample.cu`.
+    Sample,
 }
 
 impl ModuleId {
@@ -34,6 +36,7 @@ impl ModuleId {
         ModuleId::Gemv,
         ModuleId::GemvFp8,
         ModuleId::Norm,
+        ModuleId::Sample,
     ];
 
     /// Source file stem.
@@ -46,6 +49,7 @@ impl ModuleId {
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
+            ModuleId::Sample => "sample",
         }
     }
 
@@ -59,6 +63,7 @@ impl ModuleId {
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
+            ModuleId::Sample => include_str!("../../ptx/sample.ptx"),
         }
     }
 
@@ -72,6 +77,7 @@ impl ModuleId {
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
+            ModuleId::Sample => include_bytes!("../../ptx/sample.sm90.cubin"),
         }
     }
 }

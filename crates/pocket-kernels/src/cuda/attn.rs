@@ -230,10 +230,15 @@ pub(crate) fn attention(
         Some(w) => w.min(i32::MAX as usize) as i32,
         None => 0,
     };
+    // The split count is a launch argument: a captured decode graph keeps it for every replay.
+    // The kernels read each sequence's length from `seq_lens` on the device and give empty
+    // splits a zero-weight partial, so any split count is correct; the caller may pass a larger
+    // `max_seq_len` (a bucket) so the count chosen at capture stays sensible as contexts grow.
+    let bound = max_len.max(meta.max_seq_len);
     let keys = if window > 0 {
-        max_len.min(window as usize)
+        bound.min(window as usize)
     } else {
-        max_len
+        bound
     };
     let group = p.num_heads / p.num_kv_heads;
     let kc_ptr = be.ptr(OP, "k_cache", k_cache)?;

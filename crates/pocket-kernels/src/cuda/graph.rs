@@ -6,6 +6,12 @@
 //! [`StepGraph::replay`] it every later step after writing the new inputs with `write_u32` /
 //! `write_f32` (copies outside the graph into the same buffers).
 //!
+//! The backend's scratch workspaces (activation quantization, attention partials) that the
+//! captured ops address are moved into the graph at `end_capture`, so a later eager op that grows
+//! the scratch allocates a new one instead of freeing memory the graph still writes. Tensors the
+//! caller passes (workspaces, batch metadata, KV cache) must outlive the graph: that is the
+//! caller's contract.
+//!
 //! Host-side validation that needs device data (u32 tensors the device wrote, such as argmax
 //! output fed back as ids) reads it back, which is not allowed while capturing: feed such tensors
 //! through `write_u32` so their host shadow is known.
@@ -13,13 +19,20 @@
 use cudarc::driver::{sys, CudaGraph};
 
 use super::memory::cuda_err;
-use super::CudaBackend;
+use super::{CudaBackend, Scratch};
+use crate::device::GraphExec;
 use crate::Result;
 
 /// A captured, instantiated sequence of ops.
 pub struct StepGraph {
     graph: CudaGraph,
+    /// The scratch buffers the captured ops address, owned by the graph from now on.
+    _scratch: Scratch,
 }
+
+// SAFETY: the graph is only launched on the backend's one stream; cudarc's CudaGraph holds raw
+// driver handles that the driver allows to be used from any thread.
+unsafe impl Send for StepGraph {}
 
 impl CudaBackend {
     /// Starts recording every op launched on this device instead of running it.
@@ -38,7 +51,16 @@ impl CudaBackend {
             .end_capture(sys::CUgraphInstantiate_flags(0))
             .map_err(|e| cuda_err("end_capture", e))?
             .ok_or_else(|| cuda_err("end_capture", "nothing was captured"))?;
-        Ok(StepGraph { graph: g })
+        let scratch = std::mem::take(
+            &mut *self
+                .scratch
+                .lock()
+                .map_err(|_| cuda_err("end_capture", "scratch lock poisoned"))?,
+        );
+        Ok(StepGraph {
+            graph: g,
+            _scratch: scratch,
+        })
     }
 }
 
@@ -46,5 +68,11 @@ impl StepGraph {
     /// Launches the captured ops once (asynchronously, on the device's stream).
     pub fn replay(&self) -> Result<()> {
         self.graph.launch().map_err(|e| cuda_err("graph replay", e))
+    }
+}
+
+impl GraphExec for StepGraph {
+    fn replay(&self) -> Result<()> {
+        StepGraph::replay(self)
     }
 }

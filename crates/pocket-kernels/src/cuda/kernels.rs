@@ -185,6 +185,8 @@ pub enum Kernel {
     Rope,
     F32ToF16,
     Argmax,
+    /// Device sampling (greedy or temperature / top-k / top-p / min-p), one block per row.
+    SampleRows,
     QuantizeQ8,
     AttnCombine,
     KvWrite(CacheType),
@@ -273,6 +275,7 @@ impl Kernel {
             Kernel::Rope => (M::Elementwise, "rope"),
             Kernel::F32ToF16 => (M::Elementwise, "f32_to_f16"),
             Kernel::Argmax => (M::Argmax, "argmax_rows"),
+            Kernel::SampleRows => (M::Sample, "sample_rows"),
             Kernel::QuantizeQ8 => (M::Gemv, "quantize_q8"),
             Kernel::AttnCombine => (M::Attention, "attn_combine"),
             Kernel::KvWrite(c) => (

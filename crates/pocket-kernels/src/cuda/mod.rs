@@ -22,6 +22,7 @@ mod matmul;
 mod matmul_fp8;
 pub mod memory;
 mod ops;
+mod sample;
 mod recurrent;
 
 use std::ffi::c_void;
@@ -629,6 +630,40 @@ impl Backend for CudaBackend {
     fn gather_rows(&self, src: &Tensor, src_rows: &Tensor, out: &mut Tensor) -> Result<()> {
         self.invalidate_q8();
         ops::gather_rows(self, src, src_rows, out)
+    }
+
+    fn supports_graphs(&self) -> bool {
+        true
+    }
+
+    fn begin_graph_capture(&self) -> Result<()> {
+        CudaBackend::begin_capture(self)
+    }
+
+    fn end_graph_capture(&self) -> Result<Box<dyn crate::device::GraphExec>> {
+        Ok(Box::new(CudaBackend::end_capture(self)?))
+    }
+
+    fn argmax_logprob(
+        &self,
+        logits: &Tensor,
+        ids: &mut Tensor,
+        logprobs: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        sample::sample_rows(self, logits, None, ids, logprobs)
+    }
+
+    fn sample_rows(
+        &self,
+        logits: &Tensor,
+        params: &Tensor,
+        seeds: &Tensor,
+        ids: &mut Tensor,
+        logprobs: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        sample::sample_rows(self, logits, Some((params, seeds)), ids, logprobs)
     }
 
     fn causal_conv1d_silu(

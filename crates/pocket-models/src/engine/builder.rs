@@ -124,6 +124,7 @@ impl EngineBuilder {
             seqs: Default::default(),
             next_id: 0,
             max_batch_tokens: self.max_batch_tokens,
+            graphs: super::graphs::DecodeGraphs::from_env(),
         })
     }
 }

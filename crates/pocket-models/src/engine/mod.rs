@@ -7,6 +7,7 @@
 
 mod builder;
 mod error;
+mod graphs;
 mod sequence;
 mod step;
 mod stream;
@@ -44,6 +45,8 @@ pub struct Engine {
     seqs: BTreeMap<SeqId, Sequence>,
     next_id: SeqId,
     max_batch_tokens: usize,
+    /// Decode-step graphs and device sampling (used where the device and model support them).
+    graphs: graphs::DecodeGraphs,
 }
 
 impl Engine {

@@ -43,6 +43,7 @@ impl Engine {
         if chosen.is_empty() {
             return Ok(events);
         }
+        let decode = self.decode_graph_eligible(&chosen);
         let entries: Vec<(SeqId, Vec<u32>)> = chosen
             .iter()
             .map(|id| {
@@ -67,6 +68,32 @@ impl Engine {
                 return Ok(events);
             }
         };
+        if decode {
+            self.graphs.last_was_decode = true;
+            match self.decode_step(&plan) {
+                Ok(picks) => {
+                    for ((id, _), picked) in entries.iter().zip(picks) {
+                        let ev = self.advance(*id, picked);
+                        let done = ev.finish.is_some();
+                        events.push((*id, ev));
+                        if done {
+                            self.seqs.remove(id);
+                            self.cache.free_sequence(*id);
+                        }
+                    }
+                }
+                Err(e) => {
+                    for (id, _) in entries {
+                        self.seqs.remove(&id);
+                        self.cache.free_sequence(id);
+                        events.push((id, finish_event(FinishReason::Error(e.to_string()))));
+                    }
+                }
+            }
+            return Ok(events);
+        }
+        self.graphs.last_was_decode = false;
+        self.graphs.note_eager(plan.num_tokens());
         let dev = self.model.device().clone();
         let logits = match self.model.forward(&plan, &mut self.cache) {
             Ok(t) => dev.read_f32(t)?,
@@ -95,13 +122,21 @@ impl Engine {
 
     /// Samples the next token of `id` from its logits and advances its stop/text state.
     fn sample_one(&mut self, id: SeqId, row: &mut [f32]) -> TokenEvent {
-        let tok = self.tokenizer.as_ref();
         let Some(s) = self.seqs.get_mut(&id) else {
             return finish_event(FinishReason::Error(format!("unknown sequence {id}")));
         };
         let picked = match s.sampler.sample(row, &s.tokens) {
             Ok(p) => p,
             Err(e) => return finish_event(FinishReason::Error(e.to_string())),
+        };
+        self.advance(id, picked)
+    }
+
+    /// Appends a picked token to `id` and advances its stop/text state.
+    fn advance(&mut self, id: SeqId, picked: crate::sampling::SampledToken) -> TokenEvent {
+        let tok = self.tokenizer.as_ref();
+        let Some(s) = self.seqs.get_mut(&id) else {
+            return finish_event(FinishReason::Error(format!("unknown sequence {id}")));
         };
         let t = picked.id;
         s.tokens.push(t);

@@ -14,11 +14,13 @@
 //! # Ok::<(), pocket_models::sampling::SamplingError>(())
 //! ```
 
+pub mod device;
 mod params;
 mod sampler;
 mod stop;
 mod text;
 
+pub use device::device_row;
 pub use params::SamplingParams;
 pub use sampler::{SampledToken, Sampler};
 pub use stop::{StopChecker, StopReason, StopStep};

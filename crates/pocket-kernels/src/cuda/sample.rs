@@ -1,0 +1,69 @@
+//! Launchers of the device sampler (kernels/sample.cu): greedy with log-probabilities and
+//! temperature / top-k / top-p / min-p draws, one block per row.
+
+use super::kernels::Kernel;
+use super::CudaBackend;
+use crate::error::shape_err;
+use crate::tensor::Storage;
+use crate::{DType, Result, Tensor};
+
+/// Threads per row of the sampling kernel (`SAMPLE_THREADS` in kernels/sample.cu).
+const THREADS: u32 = 1024;
+
+/// Checks shapes and launches `sample_rows`; `params`/`seeds` `None` means greedy rows.
+pub(crate) fn sample_rows(
+    be: &CudaBackend,
+    logits: &Tensor,
+    params: Option<(&Tensor, &Tensor)>,
+    ids: &mut Tensor,
+    logprobs: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "sample_rows";
+    let (n, vocab) = (logits.rows(), logits.row_len());
+    if vocab == 0 || vocab > (1 << 24) {
+        return Err(shape_err(OP, format!("rows of {vocab} logits")));
+    }
+    if ids.numel() != n || logprobs.numel() != n {
+        return Err(shape_err(
+            OP,
+            format!(
+                "{n} rows but ids hold {} and logprobs {}",
+                ids.numel(),
+                logprobs.numel()
+            ),
+        ));
+    }
+    let lp = be.ptr_of(OP, "logits", logits, DType::F32)?;
+    let ip = be.ptr_of(OP, "ids", ids, DType::U32)?;
+    let op = be.ptr_of(OP, "logprobs", logprobs, DType::F32)?;
+    let (pp, sp) = match params {
+        Some((p, s)) => {
+            if p.numel() != 4 * n || s.numel() != 4 * n {
+                return Err(shape_err(
+                    OP,
+                    format!(
+                        "params/seeds must be [{n}, 4], hold {}/{}",
+                        p.numel(),
+                        s.numel()
+                    ),
+                ));
+            }
+            (
+                be.ptr_of(OP, "params", p, DType::F32)?,
+                be.ptr_of(OP, "seeds", s, DType::U32)?,
+            )
+        }
+        None => (0u64, 0u64),
+    };
+    be.launch(
+        OP,
+        Kernel::SampleRows,
+        (n as u32, 1, 1),
+        THREADS,
+        args![lp, pp, sp, ip, op, vocab as i32],
+    )?;
+    if let Storage::Cuda(c) = &mut ids.storage {
+        c.shadow = None; // written by the device now
+    }
+    Ok(())
+}
