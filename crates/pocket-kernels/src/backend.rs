@@ -46,6 +46,12 @@ pub trait Backend: Send + Sync {
     /// Waits for all queued work on this device.
     fn synchronize(&self) -> Result<()>;
 
+    /// Memory of this device now, with this process's high-water mark where the backend tracks
+    /// one; `None` where the backend cannot tell.
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        None
+    }
+
     // ---- ops ----------------------------------------------------------------------------
 
     /// `out[i, :] = table[ids[i], :]`, dequantized. `ids` u32 `[n]`, `out` f32 `[n, cols]`.
@@ -252,6 +258,28 @@ pub trait Backend: Send + Sync {
     fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
         let _ = (x, gate);
         Err(unsupported(self, "sigmoid_mul"))
+    }
+}
+
+/// A device's memory as its backend reports it (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryInfo {
+    /// In use by every process on the device (total minus free; on the CPU: minus available).
+    pub used_bytes: u64,
+    /// The device's capacity.
+    pub total_bytes: u64,
+    /// Held by this process now (CUDA: the allocator's live and cached blocks; CPU: resident set),
+    /// when known.
+    pub process_bytes: Option<u64>,
+    /// The highest `process_bytes` since the device was opened (CPU: since the process started),
+    /// when known.
+    pub process_peak_bytes: Option<u64>,
+}
+
+impl MemoryInfo {
+    /// Bytes still free on the device.
+    pub fn free_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.used_bytes)
     }
 }
 

@@ -52,9 +52,39 @@ fn fits(op: &'static str, dst: &Tensor, len: usize, shape: &[usize]) -> Result<(
     Ok(())
 }
 
+/// Reads `key:  N kB` lines of a `/proc` file as bytes.
+fn proc_kib(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line[key.len()..]
+        .trim_start_matches(':')
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Host memory from `/proc` (Linux): total, available, and this process's resident set and its
+/// high-water mark.
+fn host_memory() -> Option<crate::backend::MemoryInfo> {
+    let total = proc_kib("/proc/meminfo", "MemTotal")?;
+    let available = proc_kib("/proc/meminfo", "MemAvailable")?;
+    Some(crate::backend::MemoryInfo {
+        used_bytes: total.saturating_sub(available),
+        total_bytes: total,
+        process_bytes: proc_kib("/proc/self/status", "VmRSS"),
+        process_peak_bytes: proc_kib("/proc/self/status", "VmHWM"),
+    })
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "cpu".into()
+    }
+
+    fn memory_info(&self) -> Option<crate::backend::MemoryInfo> {
+        host_memory()
     }
 
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -318,5 +348,33 @@ impl Backend for CpuBackend {
 
     fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
         deltanet::sigmoid_mul(x, gate)
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use crate::Backend;
+
+    /// Host memory is reported on Linux, and a touched 64 MiB buffer is resident. (Other test
+    /// threads allocate and free meanwhile, so only lower bounds are checked.)
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn host_memory_info_sees_a_64_mib_allocation() {
+        let b = super::CpuBackend::new();
+        let before = b.memory_info().expect("/proc/meminfo");
+        assert!(before.total_bytes > 0 && before.used_bytes <= before.total_bytes);
+        let rss0 = before.process_bytes.expect("VmRSS");
+        assert!(before.process_peak_bytes.expect("VmHWM") >= rss0);
+        let n = 64usize << 20;
+        let v = vec![1u8; n];
+        std::hint::black_box(&v);
+        let after = b.memory_info().unwrap();
+        let rss = after.process_bytes.unwrap();
+        assert!(
+            rss >= n as u64,
+            "rss {rss0} -> {rss} with {n} bytes touched"
+        );
+        assert!(after.process_peak_bytes.unwrap() >= rss);
+        drop(v);
     }
 }

@@ -6,6 +6,7 @@
 //! pool can be reused at once: every later use is ordered after every earlier one.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result as dr, sys, CudaContext};
@@ -31,6 +32,10 @@ fn size_class(bytes: usize) -> usize {
 pub(crate) struct Pool {
     ctx: Arc<CudaContext>,
     free: Mutex<BTreeMap<usize, Vec<sys::CUdeviceptr>>>,
+    /// Bytes allocated from the driver and not yet freed (live blocks plus cached ones).
+    held: AtomicUsize,
+    /// The highest `held` so far: the allocator's high-water mark.
+    peak_held: AtomicUsize,
 }
 
 impl Pool {
@@ -39,6 +44,8 @@ impl Pool {
         Arc::new(Pool {
             ctx,
             free: Mutex::new(BTreeMap::new()),
+            held: AtomicUsize::new(0),
+            peak_held: AtomicUsize::new(0),
         })
     }
 
@@ -68,23 +75,39 @@ impl Pool {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err("alloc", e))?;
-        match unsafe { dr::malloc_sync(class) } {
-            Ok(p) => Ok(p),
+        let p = match unsafe { dr::malloc_sync(class) } {
+            Ok(p) => p,
             Err(_) => {
                 self.release_cached()?;
                 unsafe { dr::malloc_sync(class) }.map_err(|_| KernelError::OutOfMemory {
                     bytes: class,
                     device: format!("cuda:{}", self.ctx.ordinal()),
-                })
+                })?
             }
-        }
+        };
+        let held = self.held.fetch_add(class, Ordering::Relaxed) + class;
+        self.peak_held.fetch_max(held, Ordering::Relaxed);
+        Ok(p)
+    }
+
+    /// Bytes this pool holds from the driver now (live plus cached blocks).
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes this pool has held from the driver at once.
+    pub(crate) fn peak_held_bytes(&self) -> usize {
+        self.peak_held.load(Ordering::Relaxed)
     }
 
     /// Frees every cached block back to the driver.
     pub(crate) fn release_cached(&self) -> Result<()> {
-        let blocks: Vec<sys::CUdeviceptr> = {
+        let blocks: Vec<(sys::CUdeviceptr, usize)> = {
             let mut free = self.free.lock().map_err(|_| poisoned())?;
-            std::mem::take(&mut *free).into_values().flatten().collect()
+            std::mem::take(&mut *free)
+                .into_iter()
+                .flat_map(|(class, ptrs)| ptrs.into_iter().map(move |p| (p, class)))
+                .collect()
         };
         self.ctx
             .bind_to_thread()
@@ -93,8 +116,9 @@ impl Pool {
         self.ctx
             .synchronize()
             .map_err(|e| cuda_err("release_cached", e))?;
-        for p in blocks {
+        for (p, class) in blocks {
             unsafe { dr::free_sync(p) }.map_err(|e| cuda_err("release_cached", e))?;
+            self.held.fetch_sub(class, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -211,6 +235,42 @@ impl CudaWeight {
 #[cfg(test)]
 mod tests {
     use super::size_class;
+    use crate::{DType, Device, DeviceKind};
+
+    /// The driver's free/total and the pool's counters follow a 256 MiB allocation: driver use
+    /// grows by at least that much, the pool holds exactly that much more (a fresh device has no
+    /// cached block to reuse), and after the tensor is dropped its block stays cached, so held
+    /// bytes and the peak stay.
+    #[test]
+    fn memory_info_tracks_driver_use_and_the_pool_peak() {
+        let dev = match Device::open(DeviceKind::Cuda(0)) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no CUDA device ({e})");
+                return;
+            }
+        };
+        let before = dev.memory_info().expect("CUDA reports memory");
+        assert!(before.total_bytes > 0 && before.used_bytes <= before.total_bytes);
+        let held0 = before.process_bytes.expect("pool bytes");
+        let n = 256usize << 20;
+        let t = dev.alloc(DType::F32, &[n / 4]).expect("alloc 256 MiB");
+        let during = dev.memory_info().unwrap();
+        let grew = during.used_bytes as i64 - before.used_bytes as i64;
+        // Other test threads may allocate meanwhile, so only the lower bound is firm (less 2 MiB
+        // for the driver's page rounding).
+        assert!(
+            grew >= n as i64 - (2 << 20),
+            "driver use grew by {grew} for a {n}-byte tensor"
+        );
+        assert_eq!(during.process_bytes.unwrap(), held0 + n as u64);
+        assert!(during.process_peak_bytes.unwrap() >= held0 + n as u64);
+        drop(t);
+        let cached = dev.memory_info().unwrap();
+        // Dropped blocks stay cached: still held, peak unchanged.
+        assert!(cached.process_bytes.unwrap() >= held0 + n as u64);
+        assert!(cached.process_peak_bytes.unwrap() >= held0 + n as u64);
+    }
 
     #[test]
     fn size_classes_cover_requests_with_bounded_slack() {

@@ -376,6 +376,18 @@ impl Backend for CudaBackend {
         self.name.clone()
     }
 
+    fn memory_info(&self) -> Option<crate::backend::MemoryInfo> {
+        // cuMemGetInfo reports on the context current to this thread.
+        self.ctx.bind_to_thread().ok()?;
+        let (free, total) = dr::mem_get_info().ok()?;
+        Some(crate::backend::MemoryInfo {
+            used_bytes: total.saturating_sub(free) as u64,
+            total_bytes: total as u64,
+            process_bytes: Some(self.pool.held_bytes() as u64),
+            process_peak_bytes: Some(self.pool.peak_held_bytes() as u64),
+        })
+    }
+
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
         self.invalidate_q8();
         let n = shape
