@@ -157,8 +157,12 @@ pub fn run_e2e(req: &RunRequest) -> Result<Record> {
                 .into(),
         );
     }
-    let measurements = run(target.as_mut(), &settings)?;
+    let mut measurements = run(target.as_mut(), &settings)?;
+    let appends = target.can_append();
     drop(target);
+    if settings.depth > 0 && settings.prompt_tokens > 0 && !appends {
+        depth_prefill(req, &path, &settings, &mut measurements, &mut notes)?;
+    }
     let bandwidth: Bandwidth = if req.device == "cpu" {
         host_copy_bandwidth(512)
     } else {
@@ -244,6 +248,53 @@ pub fn run_e2e(req: &RunRequest) -> Result<Record> {
     Ok(record)
 }
 
+/// Prefill at a depth for an engine that cannot append to a live sequence: the same settings on
+/// the model forward driven directly ([`crate::model_target::ModelTarget`]), loaded after the
+/// engine is gone; its prefill, TTFT and depth-fill figures replace the missing ones.
+#[cfg(feature = "engine")]
+fn depth_prefill(
+    req: &RunRequest,
+    path: &Path,
+    settings: &RunSettings,
+    m: &mut crate::runner::Measurements,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let s = RunSettings {
+        gen_tokens: 0,
+        ..settings.clone()
+    };
+    let max_seq = s.depth + s.prompt_tokens + 8;
+    let mut t = crate::model_target::ModelTarget::open(path, &req.device, s.batch, max_seq)?;
+    let d = run(&mut t, &s)?;
+    drop(t);
+    m.prefill_tok_s = d.prefill_tok_s;
+    m.ttft_ms = d.ttft_ms;
+    m.depth_fill_tok_s = d.depth_fill_tok_s;
+    m.peak_rss_bytes = m.peak_rss_bytes.max(d.peak_rss_bytes);
+    m.peak_device_bytes = m.peak_device_bytes.max(d.peak_device_bytes);
+    notes.push(format!(
+        "prefill pp{} @ d{}: the model forward driven directly (the Engine API cannot append a \
+         prompt to a live sequence); depth filled in chunks of {} tokens, untimed, then the \
+         prompt timed as one chunk, as llama-bench -d does",
+        s.prompt_tokens,
+        s.depth,
+        crate::model_target::CHUNK
+    ));
+    Ok(())
+}
+
+#[cfg(not(feature = "engine"))]
+fn depth_prefill(
+    _req: &RunRequest,
+    _path: &Path,
+    _settings: &RunSettings,
+    _m: &mut crate::runner::Measurements,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    notes.push("prefill at depth skipped: built without the `engine` feature".into());
+    Ok(())
+}
+
 fn target_name(req: &RunRequest) -> String {
     match req.engine.as_str() {
         "standin" => "standin".into(),
@@ -278,15 +329,20 @@ pub fn summary(r: &Record) -> String {
             .map_or("-".to_string(), |s| format!("{:.2}", s.median))
     };
     let rat = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}x"));
+    let at = if r.settings.depth > 0 {
+        format!(" @ d{}", r.settings.depth)
+    } else {
+        String::new()
+    };
     out += &format!(
-        "  prefill pp{}: ours {} tok/s | llama.cpp {} | ratio {}\n",
+        "  prefill pp{}{at}: ours {} tok/s | llama.cpp {} | ratio {}\n",
         r.settings.prompt_tokens,
         f(&m.prefill_tok_s),
         theirs(lb.map(|l| &l.prefill_tok_s)),
         rat(r.ratios.as_ref().and_then(|x| x.prefill))
     );
     out += &format!(
-        "  decode tg{}: ours {} tok/s | llama.cpp {} | ratio {}",
+        "  decode tg{}{at}: ours {} tok/s | llama.cpp {} | ratio {}",
         r.settings.gen_tokens,
         f(&m.decode_tok_s),
         theirs(lb.map(|l| &l.decode_tok_s)),
@@ -316,6 +372,12 @@ pub fn summary(r: &Record) -> String {
         m.peak_device_bytes
             .map_or("-".into(), |b| format!("{:.2} GB", b as f64 / 1e9)),
     );
+    if let Some(f) = &m.depth_fill_tok_s {
+        out += &format!(
+            "  depth fill d{}: {:.2} tok/s (min {:.2}, max {:.2})\n",
+            r.settings.depth, f.median, f.min, f.max
+        );
+    }
     for n in &r.notes {
         out += &format!("  note: {n}\n");
     }

@@ -115,4 +115,8 @@ impl Target for EngineTarget {
     fn can_append(&self) -> bool {
         false
     }
+
+    fn device_peak_bytes(&self) -> Option<u64> {
+        crate::model_target::device_peak(self.engine.model().device())
+    }
 }

@@ -427,6 +427,7 @@ mod tests {
             "qwen2.5-0.5b",
             "qwen3-30b-a3b",
             "qwen3.5-27b",
+            "qwen3.5-tiny",
         ] {
             let p = preset(n).unwrap();
             assert_eq!(params(&gguf_layout(&p)), params(&hf_layout(&p)), "{n}");

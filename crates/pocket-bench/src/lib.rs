@@ -21,6 +21,8 @@ pub mod e2e;
 pub mod engine;
 pub mod llama_bench;
 #[cfg(feature = "engine")]
+pub mod model_target;
+#[cfg(feature = "engine")]
 pub mod parity;
 pub mod record;
 pub mod report;

@@ -275,6 +275,31 @@ pub fn presets() -> Vec<Preset> {
                 qw,
             )
         },
+        // Small enough for CPU-vs-CUDA parity of the hybrid path in seconds: 8 layers, 6 Gated
+        // DeltaNet and 2 gated attention (interval 4 as in the real model), head sizes of the
+        // real model (attention 256 with 64 rotated, DeltaNet 128), the real Qwen2 vocabulary.
+        Preset {
+            linear: Some(LinearAttn {
+                interval: 4,
+                k_heads: 2,
+                v_heads: 4,
+                k_dim: 128,
+                v_dim: 128,
+                conv: 4,
+            }),
+            rope_dim: 64,
+            ..dense(
+                "qwen3.5-tiny",
+                "a small Qwen3.5 text model (6 Gated DeltaNet + 2 gated attention layers)",
+                Arch::Qwen35,
+                [512, 8, 4, 2, 256, 1536, 151936],
+                false,
+                10_000_000.0,
+                1e-6,
+                262144,
+                qw,
+            )
+        },
     ];
     v.shrink_to_fit();
     v

@@ -124,7 +124,10 @@ impl Record {
         let json = serde_json::to_string_pretty(self)?;
         std::fs::write(&path, json + "\n").map_err(|e| BenchError::io(&path, e))?;
         let md = dir.join("RESULTS.md");
-        let new = !md.exists();
+        // A file started under an older header (other columns) gets a new table.
+        let header = crate::report::header();
+        let first = header.lines().next().unwrap_or_default();
+        let new = !std::fs::read_to_string(&md).is_ok_and(|t| t.contains(first));
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -132,7 +135,10 @@ impl Record {
             .map_err(|e| BenchError::io(&md, e))?;
         let mut text = String::new();
         if new {
-            text.push_str(&crate::report::header());
+            if md.exists() {
+                text.push('\n');
+            }
+            text.push_str(&header);
         }
         text.push_str(&crate::report::row(self));
         f.write_all(text.as_bytes())

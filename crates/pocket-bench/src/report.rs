@@ -10,8 +10,8 @@ use crate::stats::Summary;
 pub fn header() -> String {
     "| date | commit | hardware | engine | model | format | GB | threads | B | depth | pp | tg \
      | prefill tok/s (min-max) | decode tok/s (min-max) | TTFT ms | peak RSS GB | llama.cpp pp | \
-     llama.cpp tg | ratio pp | ratio tg | roofline tg | share |\n\
-     |---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+     llama.cpp tg | ratio pp | ratio tg | roofline tg | share | peak device GB |\n\
+     |---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         .to_string()
 }
 
@@ -49,7 +49,7 @@ pub fn row(r: &Record) -> String {
     let lb = r.llama_bench.as_ref();
     let m = &r.measurements;
     format!(
-        "| {} | {} | {} | {} {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        "| {} | {} | {} | {} {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
         &r.date[..10.min(r.date.len())],
         r.commit,
         hw,
@@ -74,6 +74,7 @@ pub fn row(r: &Record) -> String {
         opt(r.roofline.as_ref().map(|x| x.decode_tok_s), 1),
         opt(r.roofline.as_ref().and_then(|x| x.decode_share).map(|s| s * 100.0), 0)
             + if r.roofline.as_ref().and_then(|x| x.decode_share).is_some() { "%" } else { "" },
+        opt(m.peak_device_bytes.map(|b| b as f64 / 1e9), 2),
     )
 }
 

@@ -35,8 +35,14 @@ pub struct RunSettings {
 /// The measurements of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurements {
-    /// Prompt tokens per second over all sequences (prompt_tokens * batch / prefill time).
+    /// Prompt tokens per second over all sequences (prompt_tokens * batch / prefill time). At a
+    /// depth, the prompt is a chunk appended after `depth` tokens already in the cache
+    /// (llama-bench's `pp512 @ d4096`).
     pub prefill_tok_s: Option<Summary>,
+    /// At a depth: tokens per second of filling that depth from an empty cache (depth * batch /
+    /// fill time), measured on the runs of the prefill test.
+    #[serde(default)]
+    pub depth_fill_tok_s: Option<Summary>,
     /// Generated tokens per second over all sequences (gen_tokens * batch / decode time).
     pub decode_tok_s: Option<Summary>,
     /// Time to first token in milliseconds (the prefill test's wall time, depth fill excluded).
@@ -53,12 +59,16 @@ fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-fn fill_depth(t: &mut dyn Target, s: &RunSettings, rng: &mut Rng) -> Result<()> {
+/// Resets the target and fills `depth` tokens per sequence; returns the seconds the fill took.
+fn fill_depth(t: &mut dyn Target, s: &RunSettings, rng: &mut Rng) -> Result<f64> {
     t.reset()?;
-    if s.depth > 0 {
-        t.prefill(s.batch, &tokens(rng, s.depth, s.vocab))?;
+    if s.depth == 0 {
+        return Ok(0.0);
     }
-    Ok(())
+    let fill = tokens(rng, s.depth, s.vocab);
+    let start = Instant::now();
+    t.prefill(s.batch, &fill)?;
+    Ok(start.elapsed().as_secs_f64())
 }
 
 /// Runs the prefill test then the decode test, `warmup` times unrecorded and `reps` times
@@ -76,11 +86,11 @@ pub fn run(t: &mut dyn Target, s: &RunSettings) -> Result<Measurements> {
         ));
     }
     let mut rng = Rng::new(42);
-    let (mut pp, mut tg, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pp, mut tg, mut ttft, mut fill) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for rep in 0..s.warmup + s.reps {
         let record = rep >= s.warmup;
         if s.prompt_tokens > 0 && (s.depth == 0 || t.can_append()) {
-            fill_depth(t, s, &mut rng)?;
+            let fill_s = fill_depth(t, s, &mut rng)?;
             let prompt = tokens(&mut rng, s.prompt_tokens, s.vocab);
             let start = Instant::now();
             t.prefill(s.batch, &prompt)?;
@@ -88,6 +98,9 @@ pub fn run(t: &mut dyn Target, s: &RunSettings) -> Result<Measurements> {
             if record {
                 pp.push((s.prompt_tokens * s.batch) as f64 / dt);
                 ttft.push(dt * 1e3);
+                if s.depth > 0 {
+                    fill.push((s.depth * s.batch) as f64 / fill_s);
+                }
             }
         }
         if s.gen_tokens > 0 {
@@ -113,6 +126,7 @@ pub fn run(t: &mut dyn Target, s: &RunSettings) -> Result<Measurements> {
     t.reset()?;
     Ok(Measurements {
         prefill_tok_s: Summary::of(&pp),
+        depth_fill_tok_s: Summary::of(&fill),
         decode_tok_s: Summary::of(&tg),
         ttft_ms: Summary::of(&ttft),
         peak_rss_bytes: peak_rss_bytes(),
@@ -170,6 +184,30 @@ mod tests {
         assert_eq!(t.calls, 4 * 9);
         assert!(m.decode_tok_s.unwrap().median < 8.0 / 0.0014 * 1.01);
         assert_eq!(m.ttft_ms.unwrap().values.len(), 3);
+    }
+
+    /// At a depth an appending target gets: fill (untimed for pp), then the timed chunk; the
+    /// fill's own rate is reported too.
+    #[test]
+    fn prefill_at_depth_times_only_the_chunk() {
+        let mut t = Sleepy { calls: 0 };
+        let s = RunSettings {
+            depth: 256,
+            gen_tokens: 0,
+            ..settings()
+        };
+        let m = run(&mut t, &s).unwrap();
+        // 4 reps x (depth fill + chunk)
+        assert_eq!(t.calls, 4 * 2);
+        let pp = m.prefill_tok_s.unwrap().median;
+        let fill = m.depth_fill_tok_s.unwrap().median;
+        // Sleepy takes 20 us per token either way: both near 50k tok/s, the chunk timed alone.
+        assert!(
+            pp < 50_000.0 * 1.01 && fill < 50_000.0 * 1.01,
+            "{pp} {fill}"
+        );
+        assert!(pp > 5_000.0 && fill > 5_000.0, "{pp} {fill}");
+        assert!(m.decode_tok_s.is_none());
     }
 
     #[test]

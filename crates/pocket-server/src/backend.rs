@@ -296,4 +296,14 @@ pub trait InferenceBackend: Send + Sync + 'static {
 
     /// Current queue and cache counters.
     fn stats(&self) -> BackendStats;
+
+    /// Counters per served model, for backends that keep separate ones (one engine per model).
+    /// The default reports [`InferenceBackend::stats`] under the one model id when there is one
+    /// model, and nothing otherwise (the counters are not split by model then).
+    fn model_stats(&self) -> Vec<(String, BackendStats)> {
+        match self.models().as_slice() {
+            [one] => vec![(one.id.clone(), self.stats())],
+            _ => Vec::new(),
+        }
+    }
 }

@@ -15,7 +15,7 @@ pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 /// Parsed command-line options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CliArgs {
-    /// Model aliases or paths (at least one after defaults apply).
+    /// Models as given: `ALIAS|PATH` or `NAME=ALIAS|PATH` (at least one after defaults apply).
     pub models: Vec<String>,
     /// Address to bind.
     pub host: IpAddr,
@@ -37,6 +37,9 @@ pub struct CliArgs {
     pub max_body_bytes: usize,
     /// Serve the deterministic fake backend instead of a model (for trying the API).
     pub fake: bool,
+    /// Memory the models may take together (weights plus KV caches); `None` = what the device
+    /// reports free.
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for CliArgs {
@@ -53,6 +56,7 @@ impl Default for CliArgs {
             timeout: Duration::from_secs(600),
             max_body_bytes: 4 << 20,
             fake: false,
+            memory_budget: None,
         }
     }
 }
@@ -60,7 +64,10 @@ impl Default for CliArgs {
 /// The usage text.
 pub const USAGE: &str = "\
 usage: pocket-server [options]
-  --model ALIAS|PATH   model to serve (repeatable; default smollm2-135m-instruct)
+  --model [NAME=]ALIAS|PATH
+                       model to serve (repeatable: one engine per model, requests routed by
+                       their `model` field, which is NAME or else ALIAS|PATH;
+                       default smollm2-135m-instruct)
   --host ADDR          address to bind (default 127.0.0.1)
   --port PORT          port to bind (default 8080)
   --api-key KEY        require 'Authorization: Bearer KEY' on /v1/* (or env POCKET_API_KEY)
@@ -70,6 +77,9 @@ usage: pocket-server [options]
   --max-queue N        requests allowed to wait for a slot; more get 429 (default 64)
   --timeout SECS       per-request time limit (default 600)
   --max-body BYTES     request body limit (default 4194304)
+  --memory-budget SIZE memory all models may take together, weights plus KV caches (bytes, or
+                       with a K/M/G suffix; default: what the device reports free); startup
+                       is refused above it
   --fake               serve the deterministic test backend instead of a model
   -h, --help           this text";
 
@@ -117,6 +127,51 @@ where
     Ok(x)
 }
 
+/// Parses a byte count with an optional binary K/M/G/T suffix (`512M`, `8G`).
+fn size(flag: &str, v: &str) -> Result<u64, CliError> {
+    let t = v.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(CliError::BadValue {
+                        flag: flag.into(),
+                        value: v.into(),
+                        why: "the suffix must be K, M, G or T".into(),
+                    })
+                }
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: f64 = num(flag, digits, 0.0f64)?;
+    let bytes = n * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(CliError::BadValue {
+            flag: flag.into(),
+            value: v.into(),
+            why: "must be a positive size".into(),
+        });
+    }
+    Ok(bytes as u64)
+}
+
+/// Splits a `--model` value into the served name (if given) and the alias or path.
+/// `NAME=SPEC` names it; a value whose part before `=` contains a path separator is a path.
+pub fn split_model_spec(spec: &str) -> (Option<&str>, &str) {
+    match spec.split_once('=') {
+        Some((name, rest)) if !name.is_empty() && !name.contains('/') && !rest.is_empty() => {
+            (Some(name), rest)
+        }
+        _ => (None, spec),
+    }
+}
+
 /// Parses arguments (without the program name); `env_key` is `POCKET_API_KEY` if set.
 pub fn parse_args<I: IntoIterator<Item = String>>(
     args: I,
@@ -150,6 +205,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(
             "--max-queue",
             "--timeout",
             "--max-body",
+            "--memory-budget",
         ];
         if !known.contains(&flag.as_str()) {
             return Err(CliError::Unknown(flag));
@@ -176,6 +232,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(
             "--max-queue" => a.max_queue = num(&flag, &v, 0usize)?,
             "--timeout" => a.timeout = Duration::from_secs_f64(num(&flag, &v, 0.001f64)?),
             "--max-body" => a.max_body_bytes = num(&flag, &v, 1024usize)?,
+            "--memory-budget" => a.memory_budget = Some(size(&flag, &v)?),
             _ => return Err(CliError::Unknown(flag)),
         }
     }
@@ -185,11 +242,16 @@ pub fn parse_args<I: IntoIterator<Item = String>>(
     Ok(a)
 }
 
-/// Builds the backend the arguments ask for.
+/// Builds the backend the arguments ask for: one engine per `--model`, all on `--device`.
 pub fn build_backend(args: &CliArgs) -> Result<Arc<dyn InferenceBackend>, String> {
     if args.fake {
+        let ids = args
+            .models
+            .iter()
+            .map(|m| split_model_spec(m).0.unwrap_or(m).to_string())
+            .collect();
         return Ok(Arc::new(FakeBackend::new(FakeConfig {
-            models: args.models.clone(),
+            models: ids,
             context_length: args.ctx_size.unwrap_or(2048),
             max_running: args.max_sequences,
             max_queue: args.max_queue,
@@ -197,23 +259,26 @@ pub fn build_backend(args: &CliArgs) -> Result<Arc<dyn InferenceBackend>, String
             ..FakeConfig::default()
         })));
     }
-    if args.models.len() > 1 {
-        return Err(
-            "serving several models at once is not implemented yet: give one --model".into(),
-        );
-    }
-    let opts = crate::engine_backend::EngineOptions {
-        model: args.models[0].clone(),
-        device: crate::engine_backend::parse_device(&args.device)?,
-        ctx_size: args.ctx_size,
-        max_sequences: args.max_sequences,
-        max_queue: args.max_queue,
-    };
-    eprintln!(
-        "pocket-server: loading {} on {} ...",
-        opts.model, args.device
-    );
-    Ok(Arc::new(crate::engine_backend::start(&opts)?))
+    let device = crate::engine_backend::parse_device(&args.device)?;
+    let opts: Vec<crate::engine_backend::EngineOptions> = args
+        .models
+        .iter()
+        .map(|m| {
+            let (id, model) = split_model_spec(m);
+            crate::engine_backend::EngineOptions {
+                id: id.map(str::to_string),
+                model: model.to_string(),
+                device,
+                ctx_size: args.ctx_size,
+                max_sequences: args.max_sequences,
+                max_queue: args.max_queue,
+            }
+        })
+        .collect();
+    Ok(Arc::new(crate::engine_backend::start_all(
+        &opts,
+        args.memory_budget,
+    )?))
 }
 
 /// Runs the server from the process's arguments; returns the exit code.
@@ -340,6 +405,48 @@ mod tests {
         assert_eq!(a.device, "cuda:1");
         let env = parse_args(Vec::new(), Some("e".into())).unwrap();
         assert_eq!(env.api_key.as_deref(), Some("e"));
+    }
+
+    #[test]
+    fn model_names_and_memory_budget() {
+        assert_eq!(split_model_spec("a=smollm2"), (Some("a"), "smollm2"));
+        assert_eq!(split_model_spec("smollm2"), (None, "smollm2"));
+        assert_eq!(split_model_spec("./m=x.gguf"), (None, "./m=x.gguf"));
+        assert_eq!(split_model_spec("=x"), (None, "=x"));
+        let a = p(&[
+            "--model",
+            "small=m1",
+            "--model",
+            "m2",
+            "--memory-budget",
+            "1.5G",
+        ])
+        .unwrap();
+        assert_eq!(a.models, ["small=m1", "m2"]);
+        assert_eq!(a.memory_budget, Some(3 << 29));
+        assert_eq!(
+            p(&["--memory-budget=4096"]).unwrap().memory_budget,
+            Some(4096)
+        );
+        assert_eq!(
+            p(&["--memory-budget", "2k"]).unwrap().memory_budget,
+            Some(2048)
+        );
+        for bad in ["0", "-1G", "3X", "G"] {
+            assert!(
+                matches!(p(&["--memory-budget", bad]), Err(CliError::BadValue { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    /// Two names for the fake backend: both listed, routed, and an unknown name is refused.
+    #[test]
+    fn fake_backend_serves_every_named_model() {
+        let a = p(&["--fake", "--model", "one=x", "--model", "two"]).unwrap();
+        let b = build_backend(&a).unwrap();
+        let ids: Vec<String> = b.models().into_iter().map(|m| m.id).collect();
+        assert_eq!(ids, ["one", "two"]);
     }
 
     #[test]

@@ -4,22 +4,28 @@
 //! engine only samples tokens. A second tokenizer, loaded from the same checkpoint, serves prompt
 //! encoding and chat templates on the request threads.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pocket_formats::TensorStore;
-use pocket_kernels::DeviceKind;
+use pocket_kernels::{Device, DeviceKind};
 use pocket_models::chat_template::{ChatMessage as TplMessage, ChatTemplate, RenderOptions};
 use pocket_models::engine::{Engine, FinishReason as EngineFinish, GenerateParams};
 use pocket_models::sampling::SamplingParams;
 use pocket_models::store::ModelStore;
 use pocket_models::tokenizer::Tokenizer;
 
-use crate::backend::{FinishReason, ModelInfo, Prompt, SamplingOptions, SubmitError};
+use crate::backend::{
+    FinishReason, InferenceBackend, ModelInfo, Prompt, SamplingOptions, SubmitError,
+};
+use crate::multi::MultiBackend;
 use crate::scheduler::{SchedulerBackend, SchedulerConfig, StepEngine, StepToken, TextCodec};
 
 /// Settings for loading a model behind the server.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
+    /// The name clients put in the `model` field; `None` = `model` itself.
+    pub id: Option<String>,
     /// Store alias or path.
     pub model: String,
     /// Device to run on.
@@ -30,6 +36,13 @@ pub struct EngineOptions {
     pub max_sequences: usize,
     /// Waiting requests allowed.
     pub max_queue: usize,
+}
+
+impl EngineOptions {
+    /// The name clients use for this model.
+    pub fn served_id(&self) -> &str {
+        self.id.as_deref().unwrap_or(&self.model)
+    }
 }
 
 /// Parses `cpu`, `cuda`, `cuda:N`.
@@ -181,10 +194,21 @@ impl TextCodec for Codec {
 
 /// Loads the model (fetching it through the store on first use) and starts its scheduler.
 pub fn start(opts: &EngineOptions) -> Result<SchedulerBackend, String> {
+    let path = resolve(&opts.model)?;
+    Ok(load(opts, &path)?.0)
+}
+
+fn resolve(model: &str) -> Result<PathBuf, String> {
     let store = ModelStore::new().with_progress(true);
-    let resolved = store.resolve(&opts.model).map_err(|e| e.to_string())?;
+    let resolved = store.resolve(model).map_err(|e| format!("{model}: {e}"))?;
+    Ok(resolved.path)
+}
+
+/// Builds the engine and scheduler of one model from its resolved path; also returns the bytes
+/// of its KV cache.
+fn load(opts: &EngineOptions, path: &Path) -> Result<(SchedulerBackend, u64), String> {
     let mut b = Engine::builder()
-        .model(resolved.path.to_string_lossy().into_owned())
+        .model(path.to_string_lossy().into_owned())
         .device(opts.device);
     if let Some(n) = opts.ctx_size {
         b = b.max_seq_len(n);
@@ -193,11 +217,12 @@ pub fn start(opts: &EngineOptions) -> Result<SchedulerBackend, String> {
     // Room for every running sequence at full length.
     b = b.cache_tokens(ctx * opts.max_sequences.max(1));
     let engine = b.build().map_err(|e| e.to_string())?;
+    let kv_bytes = engine.cache().config().bytes() as u64;
     let info = engine.model().info().clone();
-    let tensors = TensorStore::open(&resolved.path).map_err(|e| e.to_string())?;
+    let tensors = TensorStore::open(path).map_err(|e| e.to_string())?;
     let tok = match tensors.gguf() {
         Some(g) => Tokenizer::from_gguf(g).map_err(|e| e.to_string())?,
-        None => Tokenizer::from_tokenizer_json(&resolved.path.join("tokenizer.json"))
+        None => Tokenizer::from_tokenizer_json(&path.join("tokenizer.json"))
             .map_err(|e| e.to_string())?,
     };
     let template = match tok.chat_template() {
@@ -209,13 +234,138 @@ pub fn start(opts: &EngineOptions) -> Result<SchedulerBackend, String> {
         template,
         vocab: info.vocab_size,
     };
-    Ok(serve_engine(
+    let backend = serve_engine(
         engine,
         Arc::new(codec),
-        &opts.model,
+        opts.served_id(),
         opts.max_sequences,
         opts.max_queue,
-    ))
+    );
+    Ok((backend, kv_bytes))
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+/// Bytes of every tensor in the checkpoint at `path` (what loading its weights takes).
+pub fn weight_bytes(path: &Path) -> Result<u64, String> {
+    let store = TensorStore::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(store.tensors().map(|t| t.data.len() as u64).sum())
+}
+
+/// Memory the models may use on `device`: `budget` when given, else what the device reports
+/// free (host: `MemAvailable`).
+fn available(device: DeviceKind, budget: Option<u64>) -> Result<(u64, String), String> {
+    if let Some(b) = budget {
+        return Ok((b, "--memory-budget".into()));
+    }
+    let dev = Device::open(device).map_err(|e| e.to_string())?;
+    match dev.memory_info() {
+        Some(m) => Ok((m.free_bytes(), format!("free on {}", dev.name()))),
+        // Nothing reported: no check beyond what loading itself runs into.
+        None => Ok((u64::MAX, format!("{} reports no memory size", dev.name()))),
+    }
+}
+
+/// Loads every model (one engine and scheduler each, on its own device) behind one
+/// [`MultiBackend`]. Refuses before loading anything when the weights alone exceed the memory
+/// available (`memory_budget`, or what each device reports free), and after each load when the
+/// weights plus KV caches so far exceed it; the error names each model's share.
+pub fn start_all(
+    models: &[EngineOptions],
+    memory_budget: Option<u64>,
+) -> Result<MultiBackend, String> {
+    let paths: Vec<PathBuf> = models
+        .iter()
+        .map(|m| resolve(&m.model))
+        .collect::<Result<_, _>>()?;
+    let weights: Vec<u64> = paths
+        .iter()
+        .map(|p| weight_bytes(p))
+        .collect::<Result<_, _>>()?;
+    // Memory per device, checked once before anything is loaded.
+    let mut budgets: Vec<(DeviceKind, u64, String)> = Vec::new();
+    for m in models {
+        if !budgets.iter().any(|(d, _, _)| *d == m.device) {
+            let (b, source) = available(m.device, memory_budget)?;
+            budgets.push((m.device, b, source));
+        }
+    }
+    for (dev, budget, source) in &budgets {
+        let on_dev: Vec<(usize, &EngineOptions)> = models
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.device == *dev)
+            .collect();
+        let need: u64 = on_dev.iter().map(|(i, _)| weights[*i]).sum();
+        if need > *budget {
+            let parts: Vec<String> = on_dev
+                .iter()
+                .map(|(i, m)| format!("{} {}", m.served_id(), gib(weights[*i])))
+                .collect();
+            return Err(format!(
+                "cannot load {} model(s) on {dev:?}: their weights alone take {} ({}) but {} \
+                 is available ({source}); serve fewer or smaller models",
+                on_dev.len(),
+                gib(need),
+                parts.join(", "),
+                gib(*budget)
+            ));
+        }
+    }
+    let mut used: Vec<(DeviceKind, u64, Vec<String>)> = Vec::new();
+    let mut backends: Vec<Arc<dyn InferenceBackend>> = Vec::with_capacity(models.len());
+    for (i, m) in models.iter().enumerate() {
+        eprintln!(
+            "pocket-server: loading {} as `{}` on {:?} ({} of {}) ...",
+            m.model,
+            m.served_id(),
+            m.device,
+            i + 1,
+            models.len()
+        );
+        let (b, kv) = load(m, &paths[i]).map_err(|e| {
+            format!(
+                "cannot load model `{}` ({}, {} of {}): {e}",
+                m.served_id(),
+                m.model,
+                i + 1,
+                models.len()
+            )
+        })?;
+        let (budget, source) = budgets
+            .iter()
+            .find(|(d, _, _)| *d == m.device)
+            .map(|(_, b, s)| (*b, s.clone()))
+            .unwrap_or((u64::MAX, String::new()));
+        let entry = match used.iter_mut().find(|(d, _, _)| *d == m.device) {
+            Some(e) => e,
+            None => {
+                used.push((m.device, 0, Vec::new()));
+                used.last_mut().expect("just pushed")
+            }
+        };
+        entry.1 += weights[i] + kv;
+        entry.2.push(format!(
+            "{}: weights {} + KV cache {}",
+            m.served_id(),
+            gib(weights[i]),
+            gib(kv)
+        ));
+        if entry.1 > budget {
+            return Err(format!(
+                "cannot serve these models on {:?}: {} needed ({}) but {} is available \
+                 ({source}); lower --ctx-size or --max-sequences, or serve fewer models",
+                m.device,
+                gib(entry.1),
+                entry.2.join("; "),
+                gib(budget)
+            ));
+        }
+        backends.push(Arc::new(b));
+    }
+    MultiBackend::new(backends)
 }
 
 /// Starts a scheduler over an already built [`Engine`], with `codec` for prompt encoding and

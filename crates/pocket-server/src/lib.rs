@@ -10,6 +10,7 @@ pub mod engine_backend;
 pub mod errors;
 pub mod fake;
 pub mod metrics;
+pub mod multi;
 pub mod response;
 pub mod routes;
 pub mod scheduler;
@@ -24,4 +25,5 @@ pub use backend::{
     InferenceBackend, ModelInfo, Prompt, SamplingOptions, SubmitError,
 };
 pub use errors::ApiError;
+pub use multi::MultiBackend;
 pub use server::{Server, ServerConfig, ServerHandle};

@@ -36,6 +36,13 @@ impl Histogram {
     }
 }
 
+/// Escapes a Prometheus label value (backslash, quote, newline).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// Server-wide metrics; cheap to update from any task.
 #[derive(Default)]
 pub struct Metrics {
@@ -94,8 +101,9 @@ impl Metrics {
         n as f64 / RATE_WINDOW.as_secs_f64()
     }
 
-    /// Renders every metric in Prometheus text exposition format.
-    pub fn render(&self, stats: &BackendStats) -> String {
+    /// Renders every metric in Prometheus text exposition format; `per_model` adds the queue and
+    /// cache gauges of each served model, labelled `model="id"`.
+    pub fn render(&self, stats: &BackendStats, per_model: &[(String, BackendStats)]) -> String {
         let mut o = String::new();
         let _ = writeln!(
             o,
@@ -171,6 +179,38 @@ impl Metrics {
             "Completion tokens per second over the last 10 s, all requests together.",
             self.tokens_per_second(),
         );
+        if !per_model.is_empty() {
+            type Field = fn(&BackendStats) -> usize;
+            let fields: [(&str, &str, Field); 4] = [
+                (
+                    "pocket_model_queue_depth",
+                    "Sequences waiting to join the batch, per model.",
+                    |s| s.queued,
+                ),
+                (
+                    "pocket_model_running_sequences",
+                    "Sequences in the running batch, per model.",
+                    |s| s.running,
+                ),
+                (
+                    "pocket_model_cache_blocks_used",
+                    "KV-cache blocks in use, per model.",
+                    |s| s.cache_blocks_used,
+                ),
+                (
+                    "pocket_model_cache_blocks_total",
+                    "KV-cache blocks in all, per model.",
+                    |s| s.cache_blocks_total,
+                ),
+            ];
+            for (name, help, get) in fields {
+                let _ = writeln!(o, "# HELP {name} {help}");
+                let _ = writeln!(o, "# TYPE {name} gauge");
+                for (id, st) in per_model {
+                    let _ = writeln!(o, "{name}{{model=\"{}\"}} {}", label(id), get(st));
+                }
+            }
+        }
         let name = "pocket_time_to_first_token_seconds";
         let _ = writeln!(
             o,

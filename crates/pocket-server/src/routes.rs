@@ -88,16 +88,29 @@ async fn route(
     match (method, path) {
         (&Method::GET, "/health") => {
             let s = state.backend.stats();
+            let models: Vec<Value> = state
+                .backend
+                .model_stats()
+                .iter()
+                .map(|(id, m)| {
+                    json!({"id": id, "queued": m.queued, "running": m.running,
+                           "cache_blocks_used": m.cache_blocks_used,
+                           "cache_blocks_total": m.cache_blocks_total})
+                })
+                .collect();
             Ok(json_response(
                 StatusCode::OK,
                 &json!({"status": "ok", "queued": s.queued, "running": s.running,
-                        "cache_blocks_used": s.cache_blocks_used, "cache_blocks_total": s.cache_blocks_total}),
+                        "cache_blocks_used": s.cache_blocks_used, "cache_blocks_total": s.cache_blocks_total,
+                        "models": models}),
             ))
         }
         (&Method::GET, "/metrics") => Ok(full(
             StatusCode::OK,
             "text/plain; version=0.0.4",
-            state.metrics.render(&state.backend.stats()),
+            state
+                .metrics
+                .render(&state.backend.stats(), &state.backend.model_stats()),
         )),
         (&Method::GET, "/v1/models") => {
             let data: Vec<Value> = state.backend.models().iter().map(model_json).collect();

@@ -16,42 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{post, stream};
-use pocket_models::Engine;
 use pocket_server::engine_backend::{self, EngineOptions};
-use pocket_server::scheduler::{SchedulerBackend, TextCodec};
-use pocket_server::{InferenceBackend, Prompt, Server, ServerConfig, ServerHandle, SubmitError};
+use pocket_server::scheduler::SchedulerBackend;
+use pocket_server::{InferenceBackend, Server, ServerConfig, ServerHandle};
 use serde_json::{json, Value};
-
-/// Token ids as text: id 7 is " 7"; a text prompt is whitespace-separated ids.
-struct IdCodec {
-    vocab: usize,
-}
-
-impl TextCodec for IdCodec {
-    fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>, SubmitError> {
-        let bad = |m: &str| SubmitError::Invalid {
-            param: Some("prompt".into()),
-            message: m.to_string(),
-        };
-        match prompt {
-            Prompt::Tokens(t) => Ok(t.clone()),
-            Prompt::Text(t) => t
-                .split_whitespace()
-                .map(|w| w.parse().map_err(|_| bad("ids only")))
-                .collect(),
-            Prompt::Chat(_) => Err(bad("no chat template")),
-        }
-    }
-    fn decode(&self, ids: &[u32]) -> String {
-        ids.iter().map(|i| format!(" {i}")).collect()
-    }
-    fn token_bytes(&self, id: u32) -> Vec<u8> {
-        format!(" {id}").into_bytes()
-    }
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-}
 
 struct Real {
     handle: ServerHandle,
@@ -103,18 +71,7 @@ async fn serve(backend: SchedulerBackend, api_key: Option<&str>) -> Real {
 const TINY: &str = "tiny-llama";
 
 async fn tiny(max_sequences: usize) -> Real {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/llama/tests/data/llama");
-    let engine = Engine::builder()
-        .model(dir.to_string_lossy().into_owned())
-        .max_seq_len(256)
-        .cache_tokens(256 * max_sequences)
-        .build()
-        .expect("tiny engine");
-    assert!(engine.tokenizer().is_none(), "the fixture has no tokenizer");
-    let vocab = engine.model().info().vocab_size;
-    let b =
-        engine_backend::serve_engine(engine, Arc::new(IdCodec { vocab }), TINY, max_sequences, 64);
-    serve(b, None).await
+    serve(common::tiny_llama(TINY, 256, max_sequences), None).await
 }
 
 fn text(v: &Value, i: usize) -> String {
@@ -310,6 +267,7 @@ const SMOL: &str = "smollm2-135m-instruct";
 
 async fn smollm2(api_key: Option<&str>) -> Real {
     let b = engine_backend::start(&EngineOptions {
+        id: None,
         model: SMOL.into(),
         device: pocket_kernels::DeviceKind::Cpu,
         ctx_size: Some(512),

@@ -135,3 +135,84 @@ pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// Token ids as text for a model without a tokenizer: id 7 is " 7"; a text prompt is
+/// whitespace-separated ids.
+pub struct IdCodec {
+    pub vocab: usize,
+}
+
+impl pocket_server::scheduler::TextCodec for IdCodec {
+    fn encode(
+        &self,
+        prompt: &pocket_server::Prompt,
+    ) -> Result<Vec<u32>, pocket_server::SubmitError> {
+        use pocket_server::{Prompt, SubmitError};
+        let bad = |m: &str| SubmitError::Invalid {
+            param: Some("prompt".into()),
+            message: m.to_string(),
+        };
+        match prompt {
+            Prompt::Tokens(t) => Ok(t.clone()),
+            Prompt::Text(t) => t
+                .split_whitespace()
+                .map(|w| w.parse().map_err(|_| bad("ids only")))
+                .collect(),
+            Prompt::Chat(_) => Err(bad("no chat template")),
+        }
+    }
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter().map(|i| format!(" {i}")).collect()
+    }
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        format!(" {id}").into_bytes()
+    }
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+}
+
+/// The tiny random-weight llama fixture (no tokenizer) behind a scheduler, served as `id`, with
+/// sequences of `max_seq` tokens and `max_sequences` running at once.
+pub fn tiny_llama(
+    id: &str,
+    max_seq: usize,
+    max_sequences: usize,
+) -> pocket_server::scheduler::SchedulerBackend {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/llama/tests/data/llama");
+    let engine = pocket_models::Engine::builder()
+        .model(dir.to_string_lossy().into_owned())
+        .max_seq_len(max_seq)
+        .cache_tokens(max_seq * max_sequences)
+        .build()
+        .expect("tiny engine");
+    assert!(engine.tokenizer().is_none(), "the fixture has no tokenizer");
+    let vocab = engine.model().info().vocab_size;
+    pocket_server::engine_backend::serve_engine(
+        engine,
+        Arc::new(IdCodec { vocab }),
+        id,
+        max_sequences,
+        64,
+    )
+}
+
+/// Starts a server over any backend on a free loopback port.
+pub async fn serve_backend(
+    backend: Arc<dyn pocket_server::InferenceBackend>,
+    config: ServerConfig,
+) -> ServerHandle {
+    let server = Server::bind("127.0.0.1:0".parse().unwrap(), backend, config)
+        .await
+        .expect("bind");
+    server.spawn().expect("spawn")
+}
+
+/// The value of an unlabelled (or exactly labelled) sample in Prometheus text, e.g.
+/// `metric(text, "pocket_cache_blocks_used")` or `metric(text, "x{model=\"a\"}")`.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
