@@ -349,3 +349,124 @@ DEVI void row_ptrs(const uint8_t* w, size_t rows, size_t nb, size_t r, const uin
     X(q6_k, FmtQ6_K)       \
     X(iq4_nl, FmtIQ4_NL)   \
     X(iq4_xs, FmtIQ4_XS)
+
+// ---- activation quantization, bit-identical to the CPU's (pocket-quant act.rs) -------------------
+// The int8 activations the dp4a GEMVs read must equal the CPU backend's, or the two backends'
+// logits drift apart by the quantization noise (docs/performance/cuda-dense.md, parity). Two kinds,
+// as the CPU pairs them with weight formats:
+//  * Q8 (32-element formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; `quantize_act_q8`):
+//    d = amax / 127, id = d == 0 ? 0 : 1 / d, q = round_half_away(v * id), s = d * sum(q).
+//  * Q8K (K and IQ4_XS formats; `quantize_act_q8k` = ggml's quantize_row_q8_K): per 256 elements,
+//    max = the first element of largest |v|, iscale = -127 / max, q = min(127, round_half_away(
+//    iscale * v)), d = 1 / iscale. Stored, like Q8, as per-32 rows of (d, d * sum32(q)) so the
+//    GEMV work items read both kinds the same way.
+// Every operation is a single IEEE-rounded f32 op (__fdiv_rn, __fmul_rn: no contraction, no
+// approximate reciprocal), so the results equal Rust's f32 arithmetic bit for bit.
+
+// Rust's `f as i8` / `as i32` on an already rounded value: saturating, NaN to 0.
+DEVI int sat_round_i32(float x) {
+    float r = roundf(x);  // half away from zero, as Rust's f32::round
+    if (r != r) return 0;
+    return (int)fminf(fmaxf(r, -2147483648.f), 2147483520.f);
+}
+
+// One warp's share of quantizing 256 elements (lane l holds elements 8l..8l+8 in v; lanes whose
+// 32-element block is past the data hold zeros): the lane's eight quants, its block's scale and
+// the sum of its block's quants. K selects the Q8K rule (one scale for all 256), else Q8 (one per
+// 32: each group of 4 lanes).
+template <bool K>
+DEVI void quant_lane(const float* v, int* q, float& d, int& sum) {
+    int lane = threadIdx.x & 31;
+    if (!K) {
+        float am = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) am = fmaxf(am, fabsf(v[i]));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+        d = __fdiv_rn(am, 127.f);
+        float id = d == 0.f ? 0.f : __fdiv_rn(1.f, d);
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = (int)(int8_t)min(max(sat_round_i32(__fmul_rn(v[i], id)), -128), 127);
+    } else {
+        // First element of largest |v| (strict >, as the CPU's scan; zeros and NaN never win).
+        float best = 0.f, bval = 0.f;
+        int bidx = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float a = fabsf(v[i]);
+            if (a > best) { best = a; bval = v[i]; bidx = 8 * lane + i; }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            float ov = __shfl_xor_sync(0xffffffffu, bval, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bidx, o);
+            if (ob > best || (ob == best && oi < bidx)) { best = ob; bval = ov; bidx = oi; }
+        }
+        float iscale = 0.f;
+        d = 0.f;
+        if (best != 0.f) {
+            iscale = __fdiv_rn(-127.f, bval);
+            d = __fdiv_rn(1.f, iscale);
+        }
+        // `((iscale * v).round() as i32).min(127) as i8`
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = best == 0.f ? 0 : (int)(int8_t)min(sat_round_i32(__fmul_rn(iscale, v[i])), 127);
+    }
+    sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) sum += q[i];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+}
+
+// Lane l's eight elements of the 256 at src, zeros for lanes past `nvalid32` blocks.
+DEVI void load_lane8(const float* src, int nvalid32, float* v) {
+    int lane = threadIdx.x & 31;
+    if ((lane >> 2) < nvalid32) {
+        float4 a = ((const float4*)src)[2 * lane], b = ((const float4*)src)[2 * lane + 1];
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = 0.f;
+    }
+}
+
+// Stores one lane's quants (8 bytes at element offset 8l of q) and, from the first lane of each
+// group of 4, its block's scale and d * sum (at block offset l / 4 of ds, ss).
+DEVI void store_lane(const int* qv, float d, int sum, int8_t* q, float* ds, float* ss) {
+    int lane = threadIdx.x & 31;
+    uint32_t p0 = 0u, p1 = 0u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        p0 |= ((uint32_t)(qv[i] & 0xff)) << (8 * i);
+        p1 |= ((uint32_t)(qv[4 + i] & 0xff)) << (8 * i);
+    }
+    ((uint2*)q)[lane] = make_uint2(p0, p1);
+    if ((lane & 3) == 0) {
+        ds[lane >> 2] = d;
+        ss[lane >> 2] = __fmul_rn(d, (float)sum);
+    }
+}
+
+// One warp quantizes the `nvalid32` (1..8) 32-element blocks at `src`. Q8 writes q8/d8/s8 (bytes
+// at element offsets, scales at 32-block offsets from the given pointers); K (only with
+// nvalid32 == 8) writes qk/dk/sk. Either set may be skipped.
+template <bool Q8, bool K>
+DEVI void quant256(const float* src, int nvalid32, int8_t* q8, float* d8, float* s8, int8_t* qk,
+                   float* dk, float* sk) {
+    int lane = threadIdx.x & 31;
+    float v[8];
+    load_lane8(src, nvalid32, v);
+    int q[8], sum;
+    float d;
+    if (Q8) {
+        quant_lane<false>(v, q, d, sum);
+        if ((lane >> 2) < nvalid32) store_lane(q, d, sum, q8, d8, s8);
+    }
+    if (K) {
+        quant_lane<true>(v, q, d, sum);
+        store_lane(q, d, sum, qk, dk, sk);
+    }
+}

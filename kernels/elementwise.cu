@@ -135,3 +135,35 @@ extern "C" __global__ void f32_to_f16(const float* __restrict__ x, uint16_t* __r
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) y[i] = f2h(x[i]);
 }
+
+// Prefill activations for the f16 tensor-core GEMM, rounded as the CPU's dot sees them: each
+// 32 (K = false) or 256 (K = true) elements quantized to int8 exactly as pocket-quant's
+// quantize_act_q8 / quantize_act_q8k (common.cuh quant_lane), then y = f16(q * d). The GEMM then
+// multiplies the same activation values as the CPU backend and the decode GEMV (up to the f16
+// rounding of q * d), so prefill logits agree with the CPU's. One warp per 256 elements; a row's
+// last chunk may be partial for the Q8 kind (total32 counts 32-element blocks).
+template <bool K>
+__device__ void act_q8_to_f16(const float* __restrict__ x, uint16_t* __restrict__ y, int total32) {
+    int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
+    if (c * 8 >= total32) return;
+    int lane = threadIdx.x & 31, nvalid = min(8, total32 - 8 * c);
+    float v[8];
+    load_lane8(x + (size_t)c * 256, nvalid, v);
+    int q[8], sum;
+    float d;
+    quant_lane<K>(v, q, d, sum);
+    if ((lane >> 2) < nvalid) {
+        uint32_t h[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            h[i] = (uint32_t)f2h(__fmul_rn((float)q[2 * i], d)) | ((uint32_t)f2h(__fmul_rn((float)q[2 * i + 1], d)) << 16);
+        ((uint4*)(y + (size_t)c * 256))[lane] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+extern "C" __global__ void act_q8_f16(const float* x, uint16_t* y, int total32) {
+    act_q8_to_f16<false>(x, y, total32);
+}
+// Only for rows of a multiple of 256 (the K formats' widths).
+extern "C" __global__ void act_q8k_f16(const float* x, uint16_t* y, int total32) {
+    act_q8_to_f16<true>(x, y, total32);
+}

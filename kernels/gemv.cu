@@ -75,24 +75,21 @@ FOR_EACH_FORMAT(DEF_GEMV_F)
 
 // ---- activation quantization ------------------------------------------------------------------
 
-// x [n, cols] f32 -> xq int8 [n, cols], xd [n, cols/32] scales, xs [n, cols/32] = xd * sum(xq).
-// One warp per 32-element block, one element per lane.
+// x [total32 * 32] f32 (n rows of cols) -> both activation kinds of common.cuh's quant256:
+// Q8 (xq int8, xd, xs per 32-block) and, where `want_k` (cols a multiple of 256), Q8K (xqk, xdk,
+// xsk in the same layout). One warp per 256 elements; a row's last chunk may be partial (Q8 only).
 extern "C" __global__ void quantize_q8(const float* __restrict__ x, int8_t* __restrict__ xq,
                                        float* __restrict__ xd, float* __restrict__ xs,
-                                       int total_blocks) {
-    int b = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (b >= total_blocks) return;
-    float v = x[(size_t)b * 32 + lane];
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.f;
-    int q = amax == 0.f ? 0 : __float2int_rn(v / d);
-    xq[(size_t)b * 32 + lane] = (int8_t)q;
-    float sum = warp_sum((float)q);
-    if (lane == 0) {
-        xd[b] = d;
-        xs[b] = d * sum;
-    }
+                                       int8_t* __restrict__ xqk, float* __restrict__ xdk,
+                                       float* __restrict__ xsk, int total32, int want_k) {
+    int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
+    if (c * 8 >= total32) return;
+    int nvalid = min(8, total32 - 8 * c);
+    size_t e = (size_t)c * 256, b = (size_t)c * 8;
+    if (want_k && nvalid == 8)
+        quant256<true, true>(x + e, nvalid, xq + e, xd + b, xs + b, xqk + e, xdk + b, xsk + b);
+    else
+        quant256<true, false>(x + e, nvalid, xq + e, xd + b, xs + b, nullptr, nullptr, nullptr);
 }
 
 // ---- dp4a GEMV ----------------------------------------------------------------------------------
@@ -255,6 +252,10 @@ struct DotQ6_K {
         return h2f(r.d) * a.d[ab] * (sc0 * (float)s[0] + sc1 * (float)s[1]);
     }
 };
+
+// Whether a work item's activations are the Q8K kind (per-256 scale, as the CPU's K and IQ4_XS
+// dots) rather than Q8 (per-32 scale); the host passes the matching buffers (matmul.rs).
+template <typename D> struct ActK { static constexpr bool value = D::QK == 256; };
 
 // Work items each lane loads before computing: U x 16+ bytes in flight per lane.
 #define GEMV_PREFETCH 4
@@ -424,17 +425,15 @@ __device__ void gemv_q8s(const uint8_t* __restrict__ w, const float* __restrict_
     float* sd = (float*)(smem + cols);
     float* ss = sd + cols / 32;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int b = warp; b < cols / 32; b += GEMVS_WARPS) {
-        float v = x[(size_t)b * 32 + lane];
-        float amax = warp_max(fabsf(v));
-        float d = amax / 127.f;
-        int q = amax == 0.f ? 0 : __float2int_rn(v / d);
-        sq[b * 32 + lane] = (int8_t)q;
-        float sum = warp_sum((float)q);
-        if (lane == 0) {
-            sd[b] = d;
-            ss[b] = d * sum;
-        }
+    // The kind the CPU pairs with this format (ActK), written to the same shared layout.
+    for (int c = warp; c * 256 < cols; c += GEMVS_WARPS) {
+        int nvalid = min(8, cols / 32 - 8 * c);
+        if (ActK<D>::value)
+            quant256<false, true>(x + 256 * c, nvalid, nullptr, nullptr, nullptr, sq + 256 * c,
+                                  sd + 8 * c, ss + 8 * c);
+        else
+            quant256<true, false>(x + 256 * c, nvalid, sq + 256 * c, sd + 8 * c, ss + 8 * c,
+                                  nullptr, nullptr, nullptr);
     }
     __syncthreads();
     using F = typename D::Fmt;

@@ -23,7 +23,7 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
     float ss = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss);
-    float inv = rsqrtf(ss / (float)d + eps);
+    float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), eps)));
     for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
 }
 
@@ -41,48 +41,50 @@ extern "C" __global__ void add_rms_norm(float* __restrict__ residual, const floa
         ss += v * v;
     }
     ss = block_sum(ss);
-    float inv = rsqrtf(ss / (float)d + eps);
+    float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), eps)));
     for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = rr[i] * inv * w[i];
 }
 
 // ---- norm + activation quantization for the decode GEMV ---------------------------------------
-// The same norms, also writing the output's 8-bit blocks of 32 in quantize_q8's layout (xq [rows,
-// d], xd and xs [rows, d / 32]) from the same float values, so the GEMVs that read this output
-// skip their quantize launch. d is a multiple of 32; one warp per 32-element block.
-DEVI void quantize_row(const float* orow, int d, int8_t* xq, float* xd, float* xs) {
+// The same norms, also writing the output's 8-bit blocks in quantize_q8's two layouts (Q8: xq
+// [rows, d], xd and xs [rows, d / 32]; Q8K, where d is a multiple of 256: xqk, xdk, xsk alike)
+// from the same float values, so the GEMVs that read this output skip their quantize launch. d is
+// a multiple of 32; one warp per 256 elements (common.cuh quant256, bit-identical to the CPU).
+DEVI void quantize_row(const float* orow, int d, int8_t* xq, float* xd, float* xs, int8_t* xqk,
+                       float* xdk, float* xsk) {
     __syncthreads();  // orow was written by other threads of the block
-    int lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    size_t b0 = (size_t)blockIdx.x * (d / 32);
-    for (int b = threadIdx.x / 32; b < d / 32; b += nw) {
-        float v = orow[b * 32 + lane];
-        float amax = warp_max(fabsf(v));
-        float dd = amax / 127.f;
-        int q = amax == 0.f ? 0 : __float2int_rn(v / dd);
-        xq[(b0 + b) * 32 + lane] = (int8_t)q;
-        float sum = warp_sum((float)q);
-        if (lane == 0) {
-            xd[b0 + b] = dd;
-            xs[b0 + b] = dd * sum;
-        }
+    int nw = blockDim.x / 32;
+    size_t e0 = (size_t)blockIdx.x * d, b0 = (size_t)blockIdx.x * (d / 32);
+    bool want_k = d % 256 == 0;
+    for (int c = threadIdx.x / 32; c * 256 < d; c += nw) {
+        int nvalid = min(8, d / 32 - 8 * c);
+        size_t e = e0 + 256 * c, b = b0 + 8 * c;
+        if (want_k)
+            quant256<true, true>(orow + 256 * c, nvalid, xq + e, xd + b, xs + b, xqk + e, xdk + b,
+                                 xsk + b);
+        else
+            quant256<true, false>(orow + 256 * c, nvalid, xq + e, xd + b, xs + b, nullptr, nullptr,
+                                  nullptr);
     }
 }
 
 extern "C" __global__ void rms_norm_q8(const float* __restrict__ x, const float* __restrict__ w,
                                        float* __restrict__ out, int d, float eps, int8_t* xq,
-                                       float* xd, float* xs) {
+                                       float* xd, float* xs, int8_t* xqk, float* xdk, float* xsk) {
     const float* xr = x + (size_t)blockIdx.x * d;
     float* orow = out + (size_t)blockIdx.x * d;
     float ss = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss);
-    float inv = rsqrtf(ss / (float)d + eps);
+    float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), eps)));
     for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
-    quantize_row(orow, d, xq, xd, xs);
+    quantize_row(orow, d, xq, xd, xs, xqk, xdk, xsk);
 }
 
 extern "C" __global__ void add_rms_norm_q8(float* __restrict__ residual, const float* __restrict__ delta,
                                            const float* __restrict__ w, float* __restrict__ out, int d,
-                                           float eps, int8_t* xq, float* xd, float* xs) {
+                                           float eps, int8_t* xq, float* xd, float* xs,
+                                           int8_t* xqk, float* xdk, float* xsk) {
     float* rr = residual + (size_t)blockIdx.x * d;
     const float* dr = delta + (size_t)blockIdx.x * d;
     float* orow = out + (size_t)blockIdx.x * d;
@@ -93,7 +95,7 @@ extern "C" __global__ void add_rms_norm_q8(float* __restrict__ residual, const f
         ss += v * v;
     }
     ss = block_sum(ss);
-    float inv = rsqrtf(ss / (float)d + eps);
+    float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), eps)));
     for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = rr[i] * inv * w[i];
-    quantize_row(orow, d, xq, xd, xs);
+    quantize_row(orow, d, xq, xd, xs, xqk, xdk, xsk);
 }

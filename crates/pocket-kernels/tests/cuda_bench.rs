@@ -131,9 +131,23 @@ fn bench_gemv_and_gemm() {
         GgmlType::BF16,
     ];
     let shapes = [(4096usize, 4096usize), (14336, 4096), (4096, 14336)];
+    // Issue 7's formats also get the Llama-3 lm_head shape (128256 x 4096).
+    let issue7 = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_K,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q6_K,
+    ];
     let mut rows_out = Vec::new();
     for &t in &formats {
-        for &(rows, cols) in &shapes {
+        let lm_head: &[(usize, usize)] = if issue7.contains(&t) {
+            &[(128256, 4096)]
+        } else {
+            &[]
+        };
+        for &(rows, cols) in shapes.iter().chain(lm_head) {
             let f = QuantFormat::Ggml(t);
             let bytes = random_bytes(t, rows, cols, 7 + rows as u64);
             let wbytes = bytes.len();
@@ -180,8 +194,8 @@ fn bench_gemv_and_gemm() {
         }
     }
     // Prefill: 512 tokens through the dequantize-to-f16 + cuBLAS path.
-    for &t in &[GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0] {
-        for &(rows, cols) in &[(4096usize, 4096usize), (14336, 4096)] {
+    for &t in &issue7 {
+        for &(rows, cols) in &[(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
             let f = QuantFormat::Ggml(t);
             let n = 512;
             let w = be
@@ -237,6 +251,9 @@ fn bench_decode_step_8b() {
         ("Q4_0", GgmlType::Q4_0, GgmlType::Q6_K),
         ("Q4_K", GgmlType::Q4_K, GgmlType::Q6_K),
         ("Q8_0", GgmlType::Q8_0, GgmlType::Q8_0),
+        ("Q4_1", GgmlType::Q4_1, GgmlType::Q6_K),
+        ("Q5_0", GgmlType::Q5_0, GgmlType::Q6_K),
+        ("Q6_K", GgmlType::Q6_K, GgmlType::Q6_K),
     ] {
         let mut st = step::Step::new(&be, step::LLAMA3_8B, lf, of, 128);
         let (fused, mode) = (variant_label() == "fused", variant_label());

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "e88dc70c7b172dc18b1a216eb4e606bde1201317c175f517635af28008d6ff4a";
+    "459ba86aca3a5b6be8a57908a56714a0858e9694cd57e1bc1fac8179806bc2ab";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

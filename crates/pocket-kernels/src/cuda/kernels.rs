@@ -121,6 +121,21 @@ pub enum Q8Gemv {
 }
 
 impl Q8Gemv {
+    /// Whether the format's dot reads the Q8K activation kind (one scale per 256 elements, the
+    /// CPU's `quantize_act_q8k`) rather than Q8 (per 32, `quantize_act_q8`): the K formats and
+    /// IQ4_XS, as pocket-quant pairs them (`ActK` in kernels/gemv.cu).
+    pub fn act_k(self) -> bool {
+        matches!(
+            self,
+            Q8Gemv::Q2_K
+                | Q8Gemv::Q3_K
+                | Q8Gemv::Q4_K
+                | Q8Gemv::Q5_K
+                | Q8Gemv::Q6_K
+                | Q8Gemv::IQ4_XS
+        )
+    }
+
     /// Whether the one-row GEMV should stay on the warp-per-row kernel: Q3_K, whose 2-byte
     /// loads ran slower in the multi-row layout on the H200 (run 8: 32.4 vs 38.0 us at 14336x4096).
     pub fn prefers_warp_per_row(self) -> bool {
@@ -184,6 +199,10 @@ pub enum Kernel {
     GatherRows,
     Rope,
     F32ToF16,
+    /// f32 -> f16 of the activations quantized as the CPU's Q8 (per-32) dot sees them.
+    ActQ8F16,
+    /// f32 -> f16 of the activations quantized as the CPU's Q8_K (per-256) dot sees them.
+    ActQ8KF16,
     Argmax,
     /// Device sampling (greedy or temperature / top-k / top-p / min-p), one block per row.
     SampleRows,
@@ -274,6 +293,8 @@ impl Kernel {
             Kernel::GatherRows => (M::Elementwise, "gather_rows"),
             Kernel::Rope => (M::Elementwise, "rope"),
             Kernel::F32ToF16 => (M::Elementwise, "f32_to_f16"),
+            Kernel::ActQ8F16 => (M::Elementwise, "act_q8_f16"),
+            Kernel::ActQ8KF16 => (M::Elementwise, "act_q8k_f16"),
             Kernel::Argmax => (M::Argmax, "argmax_rows"),
             Kernel::SampleRows => (M::Sample, "sample_rows"),
             Kernel::QuantizeQ8 => (M::Gemv, "quantize_q8"),

@@ -4,7 +4,10 @@
 //! GEMV that reads each weight block once for all rows: the dp4a kernel over 8-bit activations
 //! where the format has one, else the f32 dequantizing kernel. Larger batches (prefill) of
 //! quantized weights dequantize row chunks of W to f16 and multiply on the tensor cores through
-//! cuBLAS; float weights keep the exact f32 GEMV path.
+//! cuBLAS; float weights keep the exact f32 GEMV path. Activations are quantized to int8 exactly
+//! as the CPU backend does (pocket-quant `quantize_act_q8` / `quantize_act_q8k`, by the format's
+//! pairing), for the GEMV and, as f16 values of q * d, for the prefill GEMM, so the two backends
+//! multiply the same activation values.
 
 use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
 
@@ -148,6 +151,13 @@ fn warp_per_row() -> bool {
     *WARP.get_or_init(|| std::env::var("POCKET_GEMV").is_ok_and(|v| v == "warp"))
 }
 
+/// Whether `POCKET_PREFILL_ACT=f16` asks the prefill GEMM for plain f16 activations instead of
+/// the CPU-matching int8 rounding (kept to measure what the rounding costs in accuracy).
+fn plain_f16_prefill() -> bool {
+    static F16: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *F16.get_or_init(|| std::env::var("POCKET_PREFILL_ACT").is_ok_and(|v| v == "f16"))
+}
+
 /// One GEMV launch for `m <= 8` activation rows.
 #[allow(clippy::too_many_arguments)]
 fn gemv(
@@ -179,31 +189,20 @@ fn gemv(
         Some(q) => {
             // Quantize the activations once, then every weight row meets them in dp4a. The
             // quantization is reused by the next GEMV over the same input (see `q8_cache`).
-            let nblk = m * cols / 32;
             let mut scratch = be
                 .scratch
                 .lock()
                 .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
-            let need = m * cols + 8 * nblk;
+            let need = q8_scratch_bytes(m, cols);
             let grows = scratch.q8.as_ref().is_none_or(|s| s.len_bytes() < need);
             let base = Scratch::get(&mut scratch.q8, &be.pool, need)?;
-            let (xq, xd, xs) = (
-                base,
-                base + (m * cols) as u64,
-                base + (m * cols + 4 * nblk) as u64,
-            );
+            let bufs = Q8Bufs::at(base, m, cols);
             let mut cache = be
                 .q8_cache
                 .lock()
                 .map_err(|_| shape_err(OP, "q8 cache lock poisoned"))?;
             if grows || *cache != Some((x, m, cols)) {
-                be.launch(
-                    OP,
-                    Kernel::QuantizeQ8,
-                    (nblk.div_ceil(8) as u32, 1, 1),
-                    256,
-                    args![x, xq, xd, xs, nblk as i32],
-                )?;
+                quantize_act(be, OP, x, &bufs, m, cols)?;
                 *cache = Some((x, m, cols));
             }
             // This GEMV's output must not be the cached input (it is about to change).
@@ -215,6 +214,8 @@ fn gemv(
                 }
             }
             drop(cache);
+            // The kind the CPU pairs with this format (bit-identical int8 blocks).
+            let (xq, xd, xs) = bufs.kind(q.act_k());
             if m == 1 && !warp_per_row() && !q.prefers_warp_per_row() {
                 return be.launch(
                     OP,
@@ -242,6 +243,139 @@ fn gemv(
     }
 }
 
+/// Bytes of q8 scratch for `m` activation rows of `cols`: both activation kinds (Q8 and Q8K),
+/// each int8 quants plus an f32 scale and an f32 scaled sum per 32 elements.
+pub(crate) fn q8_scratch_bytes(m: usize, cols: usize) -> usize {
+    2 * q8_kind_bytes(m, cols)
+}
+
+/// Bytes of one kind, rounded up to 256 so the second kind's quants stay 16-byte aligned (the
+/// GEMV reads them as int4).
+fn q8_kind_bytes(m: usize, cols: usize) -> usize {
+    (m * cols + 8 * (m * cols / 32)).next_multiple_of(256)
+}
+
+/// Device addresses of the two quantized-activation kinds in the q8 scratch (kernels/common.cuh
+/// `quant256`): Q8 (per-32 scale, the CPU's `quantize_act_q8`) and Q8K (per-256 scale stored per
+/// 32, `quantize_act_q8k`; written only where `cols` is a multiple of 256).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Q8Bufs {
+    /// Q8 quants, scales, scaled sums.
+    pub(crate) q8: (u64, u64, u64),
+    /// Q8K quants, scales (per 32, repeated over each 256), scaled sums per 32.
+    pub(crate) k: (u64, u64, u64),
+}
+
+impl Q8Bufs {
+    /// The layout at `base`: [Q8 quants | scales | sums | Q8K quants | scales | sums].
+    pub(crate) fn at(base: u64, m: usize, cols: usize) -> Q8Bufs {
+        let (e, nblk) = ((m * cols) as u64, (m * cols / 32) as u64);
+        let kb = base + q8_kind_bytes(m, cols) as u64;
+        Q8Bufs {
+            q8: (base, base + e, base + e + 4 * nblk),
+            k: (kb, kb + e, kb + e + 4 * nblk),
+        }
+    }
+
+    /// The (quants, scales, sums) of one kind.
+    pub(crate) fn kind(&self, act_k: bool) -> (u64, u64, u64) {
+        if act_k {
+            self.k
+        } else {
+            self.q8
+        }
+    }
+}
+
+/// Quantizes `m` rows of `cols` at `x` into both kinds (Q8K only where `cols` is a multiple of
+/// 256: the K formats need no other width).
+fn quantize_act(
+    be: &CudaBackend,
+    op: &'static str,
+    x: u64,
+    b: &Q8Bufs,
+    m: usize,
+    cols: usize,
+) -> Result<()> {
+    let total32 = m * cols / 32;
+    let warps = total32.div_ceil(8);
+    let want_k = cols.is_multiple_of(256) as i32;
+    be.launch(
+        op,
+        Kernel::QuantizeQ8,
+        (warps.div_ceil(8) as u32, 1, 1),
+        256,
+        args![
+            x,
+            b.q8.0,
+            b.q8.1,
+            b.q8.2,
+            b.k.0,
+            b.k.1,
+            b.k.2,
+            total32 as i32,
+            want_k
+        ],
+    )
+}
+
+impl CudaBackend {
+    /// The int8 activation blocks the dp4a GEMV would read for `x` (`[m, cols]` f32, m <= 8,
+    /// cols a multiple of 32) in the kind `act_k` selects, as (quants, per-32 scales, per-32
+    /// scaled sums). Uses the quantization a preceding norm left for `x` if there is one, else
+    /// quantizes. For tests that compare the device's quantizer with pocket-quant's.
+    pub fn quantized_activation(
+        &self,
+        x: &Tensor,
+        act_k: bool,
+    ) -> Result<(Vec<i8>, Vec<f32>, Vec<f32>)> {
+        const OP: &str = "quantized_activation";
+        let (m, cols) = (x.rows(), x.row_len());
+        if m == 0 || m > GEMV_MAX_ROWS || !cols.is_multiple_of(32) {
+            return Err(shape_err(
+                OP,
+                format!("x {:?}: want 1..=8 rows of 32s", x.shape),
+            ));
+        }
+        if act_k && !cols.is_multiple_of(256) {
+            return Err(shape_err(OP, "the Q8K kind needs rows of 256s"));
+        }
+        let xp = self.ptr_of(OP, "x", x, DType::F32)?;
+        let mut scratch = self
+            .scratch
+            .lock()
+            .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
+        let need = q8_scratch_bytes(m, cols);
+        let grows = scratch.q8.as_ref().is_none_or(|s| s.len_bytes() < need);
+        let base = Scratch::get(&mut scratch.q8, &self.pool, need)?;
+        let bufs = Q8Bufs::at(base, m, cols);
+        let mut cache = self
+            .q8_cache
+            .lock()
+            .map_err(|_| shape_err(OP, "q8 cache lock poisoned"))?;
+        if grows || *cache != Some((xp, m, cols)) {
+            quantize_act(self, OP, xp, &bufs, m, cols)?;
+            *cache = Some((xp, m, cols));
+        }
+        drop(cache);
+        let (q, d, s) = bufs.kind(act_k);
+        let nblk = m * cols / 32;
+        let f32s = |b: Vec<u8>| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let qv = self
+            .read_bytes(OP, q, m * cols)?
+            .into_iter()
+            .map(|b| b as i8)
+            .collect();
+        let dv = f32s(self.read_bytes(OP, d, 4 * nblk)?);
+        let sv = f32s(self.read_bytes(OP, s, 4 * nblk)?);
+        Ok((qv, dv, sv))
+    }
+}
+
 /// Prefill: `out [n, rows] = x [n, cols] · Wᵀ` with W dequantized to f16 in row chunks and the
 /// product on the tensor cores (f32 accumulation, f32 output).
 #[allow(clippy::too_many_arguments)]
@@ -264,13 +398,32 @@ fn gemm_cublas(
     let w16 = Scratch::get(&mut scratch.w16, &be.pool, chunk_rows * cols * 2)?;
     let x16 = Scratch::get(&mut scratch.x16, &be.pool, n * cols * 2)?;
     let total = n * cols;
-    be.launch(
-        OP,
-        Kernel::F32ToF16,
-        (total.div_ceil(256) as u32, 1, 1),
-        256,
-        args![x, x16, total as u64],
-    )?;
+    // The activations as the CPU's dot rounds them (its int8 kind for this format), unless
+    // `POCKET_PREFILL_ACT=f16` asks for the plain f16 conversion.
+    match f.q8_gemv() {
+        Some(q) if !plain_f16_prefill() => {
+            let total32 = total / 32;
+            let k = if q.act_k() {
+                Kernel::ActQ8KF16
+            } else {
+                Kernel::ActQ8F16
+            };
+            be.launch(
+                OP,
+                k,
+                (total32.div_ceil(8).div_ceil(8) as u32, 1, 1),
+                256,
+                args![x, x16, total32 as i32],
+            )?;
+        }
+        _ => be.launch(
+            OP,
+            Kernel::F32ToF16,
+            (total.div_ceil(256) as u32, 1, 1),
+            256,
+            args![x, x16, total as u64],
+        )?,
+    }
     let mut blas_guard = be
         .blas
         .lock()

@@ -2,7 +2,7 @@
 //! checks as the CPU backend.
 
 use super::kernels::Kernel;
-use super::matmul::GEMV_MAX_ROWS;
+use super::matmul::{q8_scratch_bytes, Q8Bufs, GEMV_MAX_ROWS};
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::rope::{DeviceRope, RopeLayout};
@@ -73,14 +73,14 @@ pub(crate) fn rms_norm(
     );
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
     let rows = (x.numel() / d) as u32;
-    if let Some((xq, xd, xs)) = norm_q8_scratch(be, OP, op, rows as usize, d)? {
+    if let Some(b) = norm_q8_scratch(be, OP, op, rows as usize, d)? {
         return be
             .launch(
                 OP,
                 Kernel::RmsNormQ8,
                 (rows, 1, 1),
                 norm_threads(d),
-                args![xp, wp, op, d as i32, eps, xq, xd, xs],
+                args![xp, wp, op, d as i32, eps, b.q8.0, b.q8.1, b.q8.2, b.k.0, b.k.1, b.k.2],
             )
             .inspect_err(|_| be.invalidate_q8());
     }
@@ -104,28 +104,23 @@ fn norm_q8_scratch(
     out: u64,
     rows: usize,
     d: usize,
-) -> Result<Option<(u64, u64, u64)>> {
+) -> Result<Option<Q8Bufs>> {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let off = *OFF.get_or_init(|| std::env::var("POCKET_NORM_Q8").is_ok_and(|v| v == "0"));
     if off || rows == 0 || rows > GEMV_MAX_ROWS || !d.is_multiple_of(32) {
         return Ok(None);
     }
-    let nblk = rows * d / 32;
     let mut scratch = be
         .scratch
         .lock()
         .map_err(|_| shape_err(op, "scratch lock poisoned"))?;
-    let base = Scratch::get(&mut scratch.q8, &be.pool, rows * d + 8 * nblk)?;
+    let base = Scratch::get(&mut scratch.q8, &be.pool, q8_scratch_bytes(rows, d))?;
     let mut cache = be
         .q8_cache
         .lock()
         .map_err(|_| shape_err(op, "q8 cache lock poisoned"))?;
     *cache = Some((out, rows, d));
-    Ok(Some((
-        base,
-        base + (rows * d) as u64,
-        base + (rows * d + 4 * nblk) as u64,
-    )))
+    Ok(Some(Q8Bufs::at(base, rows, d)))
 }
 
 /// Threads per norm block: enough for the row, a multiple of 32, at most 1024.
@@ -154,14 +149,14 @@ pub(crate) fn add_rms_norm(
     let wp = be.ptr_of(OP, "weight", w, DType::F32)?;
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
     let rows = (residual.numel() / d) as u32;
-    if let Some((xq, xd, xs)) = norm_q8_scratch(be, OP, op, rows as usize, d)? {
+    if let Some(b) = norm_q8_scratch(be, OP, op, rows as usize, d)? {
         return be
             .launch(
                 OP,
                 Kernel::AddRmsNormQ8,
                 (rows, 1, 1),
                 norm_threads(d),
-                args![rp, dp, wp, op, d as i32, eps, xq, xd, xs],
+                args![rp, dp, wp, op, d as i32, eps, b.q8.0, b.q8.1, b.q8.2, b.k.0, b.k.1, b.k.2],
             )
             .inspect_err(|_| be.invalidate_q8());
     }
