@@ -60,8 +60,8 @@ pub trait Model: Send {
 
     /// Whether [`Model::prepare_decode`] and [`Model::forward_decode`] are implemented, so the
     /// engine may capture decode steps as device graphs. A model that says yes promises that
-    /// [`Model::forward`] reallocates its workspaces only for a batch of more tokens than every
-    /// earlier one (the engine drops its graphs then).
+    /// [`Model::forward`] reallocates its workspaces only for a batch of more tokens or more
+    /// sequences than every earlier one (the engine drops its graphs then).
     fn supports_decode_graphs(&self) -> bool {
         false
     }

@@ -233,6 +233,9 @@ impl Model for LlamaModel {
         if let Some(b) = self.ws.decode.as_mut() {
             b.write_fixed(&self.dev, plan)?;
         }
+        // A replay does not run `run`'s `fit`s: view the logits as this batch's rows here (an
+        // eager step may have left another shape; the capacity of 16 rows is never exceeded).
+        fit(&self.dev, &mut self.ws.logits, s)?;
         Ok(())
     }
 

@@ -33,9 +33,9 @@ pub(crate) struct DecodeGraphs {
     graphs: HashMap<Key, Graph>,
     /// Keys that ran eagerly once, so the backend's scratch is sized before a capture.
     warmed: HashSet<Key>,
-    /// Most tokens of any eager step so far: a bigger one may reallocate model workspaces that
-    /// the graphs address, so it drops them.
-    rows_seen: usize,
+    /// Most tokens and most sequences of any eager step so far: a bigger step may reallocate
+    /// model workspaces (token rows, logits rows) that the graphs address, so it drops them.
+    rows_seen: (usize, usize),
     bufs: Option<SampleBufs>,
     /// Whether the last step took the padded decode path.
     pub(crate) last_was_decode: bool,
@@ -56,7 +56,7 @@ impl DecodeGraphs {
             capture: !std::env::var("POCKET_GRAPHS").is_ok_and(|v| v == "0"),
             graphs: HashMap::new(),
             warmed: HashSet::new(),
-            rows_seen: 0,
+            rows_seen: (0, 0),
             bufs: None,
             last_was_decode: false,
         }
@@ -70,11 +70,12 @@ impl DecodeGraphs {
         }
     }
 
-    /// Records an eager step of `tokens` rows; drops the graphs when it may have grown the
-    /// model's workspaces.
-    pub(crate) fn note_eager(&mut self, tokens: usize) {
-        if tokens > self.rows_seen {
-            self.rows_seen = tokens;
+    /// Records an eager step of `tokens` rows over `seqs` sequences; drops the graphs when it
+    /// may have grown the model's workspaces.
+    pub(crate) fn note_eager(&mut self, tokens: usize, seqs: usize) {
+        let (t, s) = self.rows_seen;
+        if tokens > t || seqs > s {
+            self.rows_seen = (t.max(tokens), s.max(seqs));
             self.graphs.clear();
             self.warmed.clear();
         }

@@ -93,7 +93,7 @@ impl Engine {
             return Ok(events);
         }
         self.graphs.last_was_decode = false;
-        self.graphs.note_eager(plan.num_tokens());
+        self.graphs.note_eager(plan.num_tokens(), plan.num_seqs());
         let dev = self.model.device().clone();
         let logits = match self.model.forward(&plan, &mut self.cache) {
             Ok(t) => dev.read_f32(t)?,
