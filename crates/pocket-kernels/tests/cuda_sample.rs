@@ -102,7 +102,8 @@ fn draw(
     let s = dev.upload_u32(&s, &[n, 4]).unwrap();
     let mut ids: Tensor = dev.alloc(DType::U32, &[n]).unwrap();
     let mut lps: Tensor = dev.alloc(DType::F32, &[n]).unwrap();
-    dev.sample_rows(&logits, &p, &s, &mut ids, &mut lps).unwrap();
+    dev.sample_rows(&logits, &p, &s, &mut ids, &mut lps)
+        .unwrap();
     (dev.read_u32(&ids).unwrap(), dev.read_f32(&lps).unwrap())
 }
 
@@ -115,7 +116,10 @@ fn greedy_picks_and_logprobs_match_the_host() {
         host.extend(logit_row(vocab, r as u64 + 1));
     }
     // A tie (first index wins) and a NaN (never wins) in row 0.
-    let m = host[..vocab].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let m = host[..vocab]
+        .iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
     host[17] = m + 1.0;
     host[40_000] = m + 1.0;
     host[3] = f32::NAN;
@@ -166,7 +170,10 @@ fn draws_follow_the_host_distribution() {
                 "{params:?}: drew {id}, which the host sampler never keeps"
             );
             let want = row[id as usize] as f64 - lz;
-            assert!((lp as f64 - want).abs() < 1e-4, "{params:?}: logprob of {id}");
+            assert!(
+                (lp as f64 - want).abs() < 1e-4,
+                "{params:?}: logprob of {id}"
+            );
             counts[id as usize] += 1;
         }
         // Cells expecting fewer than 5 draws are pooled into one, as the test requires.
@@ -183,10 +190,7 @@ fn draws_follow_the_host_distribution() {
         if pool.0 > 0.0 {
             cells.push(pool);
         }
-        let chi2: f64 = cells
-            .iter()
-            .map(|&(e, o)| (o as f64 - e).powi(2) / e)
-            .sum();
+        let chi2: f64 = cells.iter().map(|&(e, o)| (o as f64 - e).powi(2) / e).sum();
         let bound = chi2_bound(cells.len().max(2) - 1);
         assert!(
             chi2 < bound,

@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use pocket_kernels::{Device, DeviceKind};
-use pocket_models::sampling::SamplingParams;
 use pocket_models::model::SeqId;
+use pocket_models::sampling::SamplingParams;
 use pocket_models::{Engine, GenerateParams};
 
 fn fixture(arch: &str) -> PathBuf {
@@ -53,7 +53,10 @@ fn script(e: &mut Engine, sampling: &SamplingParams) -> Trace {
     let mut trace = Trace::new();
     for step in 0..64 {
         match step {
-            3 => ids.push(e.add_sequence(vec![7, 8, 9, 10, 11, 12, 13], p(60)).unwrap()),
+            3 => ids.push(
+                e.add_sequence(vec![7, 8, 9, 10, 11, 12, 13], p(60))
+                    .unwrap(),
+            ),
             9 => ids.push(e.add_sequence((20..57).collect(), p(50)).unwrap()),
             30 => e.cancel(ids[1]).unwrap(),
             45 => ids.push(e.add_sequence(vec![3, 4], p(30)).unwrap()),
@@ -75,10 +78,16 @@ fn compare(arch: &str, sampling: SamplingParams) {
     };
     let a = script(&mut on, &sampling);
     let b = script(&mut off, &sampling);
-    assert!(on.decode_graphs() > 0, "{arch}: no decode graph was captured");
+    assert!(
+        on.decode_graphs() > 0,
+        "{arch}: no decode graph was captured"
+    );
     assert_eq!(off.decode_graphs(), 0, "{arch}: graphs captured while off");
     let decode_steps = a.iter().filter(|s| s.1.is_some()).count();
-    assert!(decode_steps > 40, "{arch}: only {decode_steps} decode steps");
+    assert!(
+        decode_steps > 40,
+        "{arch}: only {decode_steps} decode steps"
+    );
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_eq!(x.0, y.0, "{arch}: step {i}: tokens differ");
         assert_eq!(x.1, y.1, "{arch}: step {i}: logits differ");
@@ -107,7 +116,9 @@ fn sampled_graphs_match_eager_and_reproduce() {
     let (Some(mut x), Some(mut y)) = (gpu_engine("llama", true), gpu_engine("llama", true)) else {
         return;
     };
-    let gx = x.generate(vec![1, 2, 3], params(48, sampling.clone())).unwrap();
+    let gx = x
+        .generate(vec![1, 2, 3], params(48, sampling.clone()))
+        .unwrap();
     let gy = y.generate(vec![1, 2, 3], params(48, sampling)).unwrap();
     assert_eq!(gx.ids, gy.ids);
 }
@@ -147,7 +158,10 @@ fn host_only_requests_fall_back_per_row() {
     };
     let x = mixed_run(&mut on);
     let y = mixed_run(&mut off);
-    assert_eq!(x.2, 32, "every penalised token reports its top log-probabilities");
+    assert_eq!(
+        x.2, 32,
+        "every penalised token reports its top log-probabilities"
+    );
     assert_eq!((x.0.len(), x.1.len()), (32, 32));
     assert_eq!(x, y);
 }
