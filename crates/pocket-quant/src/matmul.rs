@@ -6,6 +6,7 @@ use crate::dot::{scalar, Kernel};
 use crate::error::{QuantError, Result};
 use crate::format::ActFormat;
 use rayon::prelude::*;
+use std::cell::Cell;
 
 #[cfg(target_arch = "x86_64")]
 mod tile;
@@ -48,7 +49,12 @@ fn tiled(
     }
     let f = tile::range_fn(w.format)?;
     // Interleaved tiles pay off from a few rows on; below that, row-at-a-time GEMV.
-    let mut tiles = Vec::new();
+    thread_local! {
+        /// Reused interleaved-activation buffer, one per calling thread.
+        static TILES: Cell<Vec<tile::TileBlock>> = const { Cell::new(Vec::new()) };
+    }
+    let mut tiles = TILES.with(Cell::take);
+    tiles.clear();
     if n >= 4 {
         tile::interleave(x, n, w.cols / 32, &mut tiles);
     }
@@ -74,14 +80,15 @@ fn tiled(
     // `n * rows` floats, `job` was built from a validated matrix, and every range is disjoint.
     if threads == 1 || rows <= 4 {
         unsafe { f(&job, 0, rows, out.0) };
-        return Some(());
+    } else {
+        let per = task_rows(rows, rb, threads, 96 << 10);
+        (0..rows.div_ceil(per)).into_par_iter().for_each(|c| {
+            let o = out;
+            let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
+            unsafe { f(&job, r0, r1, o.0) };
+        });
     }
-    let per = task_rows(rows, rb, threads, 96 << 10);
-    (0..rows.div_ceil(per)).into_par_iter().for_each(|c| {
-        let o = out;
-        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
-        unsafe { f(&job, r0, r1, o.0) };
-    });
+    TILES.with(|c| c.set(tiles));
     Some(())
 }
 
@@ -187,20 +194,49 @@ pub fn matmul_with(
     let act = match spec.act {
         ActFormat::F32 => Act::F32(x),
         ActFormat::Q8_0 | ActFormat::Q8_1 => {
-            let mut v = Vec::with_capacity(nx / 32);
+            let mut v = Q8_SCRATCH.with(Cell::take);
             quantize_act_q8(x, &mut v);
             Act::Q8(v)
         }
         ActFormat::Q8_K => {
-            let mut v = Vec::with_capacity(nx / 256);
+            let mut v = Q8K_SCRATCH.with(Cell::take);
             quantize_act_q8k(x, &mut v);
             Act::Q8K(v)
         }
     };
+    multiply(w, rb, &act, n, y, level, parallel);
+    // Keep the buffers for the next call (a decode step makes hundreds of these calls).
+    match act {
+        Act::Q8(v) => Q8_SCRATCH.with(|c| c.set(v)),
+        Act::Q8K(v) => Q8K_SCRATCH.with(|c| c.set(v)),
+        Act::F32(_) => {}
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Reused quantized-activation buffers of [`matmul_with`], one per calling thread.
+    static Q8_SCRATCH: Cell<Vec<BlockQ8>> = const { Cell::new(Vec::new()) };
+    static Q8K_SCRATCH: Cell<Vec<BlockQ8K>> = const { Cell::new(Vec::new()) };
+}
+
+/// The multiply of [`matmul_with`] once the shapes are checked and `x` is quantized.
+fn multiply(
+    w: &QuantMatrix,
+    rb: usize,
+    act: &Act,
+    n: usize,
+    y: &mut [f32],
+    level: SimdLevel,
+    parallel: bool,
+) {
+    let (rows, cols) = (w.rows, w.cols);
+    let ny = n * rows;
+    let spec = w.format.spec();
     #[cfg(target_arch = "x86_64")]
-    if let Act::Q8(a) = &act {
+    if let Act::Q8(a) = act {
         if tiled(w, rb, a, n, y, level, parallel).is_some() {
-            return Ok(());
+            return;
         }
     }
     let k = kernel(w, level);
@@ -210,7 +246,7 @@ pub fn matmul_with(
     let row = |r: usize, out: &mut [f32], tmp: &mut Vec<f32>| {
         let (wd, ws) = w.row_parts(r, rb);
         for (j, o) in out.iter_mut().enumerate() {
-            let v = match (&act, k) {
+            let v = match (act, k) {
                 (Act::F32(x), Some(Kernel::F32(f))) => f(wd, ws, &x[j * cols..(j + 1) * cols]),
                 (Act::Q8(a), Some(Kernel::Q8(f))) => {
                     f(wd, ws, &a[j * cols / 32..(j + 1) * cols / 32])
@@ -283,5 +319,4 @@ pub fn matmul_with(
             }
         }
     }
-    Ok(())
 }
