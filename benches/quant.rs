@@ -3,22 +3,44 @@
 //! threads (`matmul`, rayon).
 //!
 //! cargo bench --bench quant -- --warm-up-time 1 --measurement-time 3
+//! (a criterion filter picks formats, e.g. `-- 'memcpy|IQ2_XS'`)
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pocket_quant::{
-    dequantize_matrix, matmul, matmul_serial, quantize, GgmlType, QuantFormat, QuantMatrix,
+    dequantize_matrix, matmul, matmul_serial, quantize, quantize_matrix, GgmlType, QuantFormat,
+    QuantizedMatrix,
 };
 
 const SHAPES: [(usize, usize); 2] = [(4096, 4096), (14336, 4096)];
-const GEMV: [GgmlType; 8] = [
-    GgmlType::Q4_0,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::IQ4_XS,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q6_K,
-    GgmlType::BF16,
+const GEMV: [QuantFormat; 27] = [
+    QuantFormat::Ggml(GgmlType::Q4_0),
+    QuantFormat::Ggml(GgmlType::Q8_0),
+    QuantFormat::Ggml(GgmlType::Q4_K),
+    QuantFormat::Ggml(GgmlType::IQ4_XS),
+    QuantFormat::Ggml(GgmlType::Q4_1),
+    QuantFormat::Ggml(GgmlType::Q5_0),
+    QuantFormat::Ggml(GgmlType::Q6_K),
+    QuantFormat::Ggml(GgmlType::BF16),
+    // dots added in the "every format" pass (Q8_K activations, or Q8 for FP4, f32 for FP8)
+    QuantFormat::Ggml(GgmlType::Q2_K),
+    QuantFormat::Ggml(GgmlType::Q3_K),
+    QuantFormat::Ggml(GgmlType::IQ1_S),
+    QuantFormat::Ggml(GgmlType::IQ1_M),
+    QuantFormat::Ggml(GgmlType::IQ2_XXS),
+    QuantFormat::Ggml(GgmlType::IQ2_XS),
+    QuantFormat::Ggml(GgmlType::IQ2_S),
+    QuantFormat::Ggml(GgmlType::IQ3_XXS),
+    QuantFormat::Ggml(GgmlType::IQ3_S),
+    QuantFormat::Ggml(GgmlType::TQ1_0),
+    QuantFormat::Ggml(GgmlType::TQ2_0),
+    QuantFormat::Ggml(GgmlType::MXFP4),
+    QuantFormat::Ggml(GgmlType::NVFP4),
+    QuantFormat::Fp8E4M3,
+    QuantFormat::Fp8E5M2,
+    QuantFormat::Fp8E4M3Block128,
+    QuantFormat::NvFp4,
+    QuantFormat::MxFp4Blocks,
+    QuantFormat::Ggml(GgmlType::Q5_K),
 ];
 
 fn f16_field_offsets(t: GgmlType) -> &'static [usize] {
@@ -26,17 +48,25 @@ fn f16_field_offsets(t: GgmlType) -> &'static [usize] {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
             &[0]
         }
+        GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
+        GgmlType::TQ1_0 => &[52],
+        GgmlType::TQ2_0 => &[64],
         _ => &[],
     }
 }
 
-/// Random weights in format `t` (random codes, finite f16 scales): same bytes as a real tensor.
-fn weights(t: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
-    let f = QuantFormat::Ggml(t);
+/// Random weights in format `f` (random codes, finite scales): same bytes as a real tensor.
+/// Formats with companion scales are quantized from random values instead.
+fn weights(f: QuantFormat, rows: usize, cols: usize) -> QuantizedMatrix {
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         s ^= s << 13;
@@ -44,12 +74,15 @@ fn weights(t: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         s ^= s << 17;
         s
     };
-    if matches!(t, GgmlType::BF16 | GgmlType::F16 | GgmlType::F32) {
-        let v: Vec<f32> = (0..rows * cols)
-            .map(|_| (next() % 1000) as f32 / 1000.0 - 0.5)
-            .collect();
-        return quantize(f, &v).unwrap();
-    }
+    let t = match f {
+        QuantFormat::Ggml(t) if !matches!(t, GgmlType::BF16 | GgmlType::F16 | GgmlType::F32) => t,
+        _ => {
+            let v: Vec<f32> = (0..rows * cols)
+                .map(|_| (next() % 1000) as f32 / 1000.0 - 0.5)
+                .collect();
+            return quantize_matrix(f, rows, cols, &v).unwrap();
+        }
+    };
     let scale = quantize(QuantFormat::Ggml(GgmlType::F16), &[0.01]).unwrap();
     let mut d: Vec<u8> = (0..rows * f.row_bytes(cols).unwrap())
         .map(|_| next() as u8)
@@ -58,8 +91,26 @@ fn weights(t: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         for &o in f16_field_offsets(t) {
             b[o..o + 2].copy_from_slice(&scale);
         }
+        match t {
+            // the f16 scale 0.01 (0x211f) split over the top nibbles of the scale words
+            GgmlType::IQ1_M => {
+                for k in 0..4 {
+                    b[49 + 2 * k] =
+                        (b[49 + 2 * k] & 0x0f) | ((((0x211fu16 >> (4 * k)) & 0xf) as u8) << 4);
+                }
+            }
+            GgmlType::MXFP4 => b[0] = 120,
+            _ => {}
+        }
     }
-    d
+    QuantizedMatrix {
+        format: f,
+        rows,
+        cols,
+        data: d,
+        scales: vec![],
+        tensor_scale: None,
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -77,22 +128,15 @@ fn bench(c: &mut Criterion) {
         g.bench_function("memcpy", |b| {
             b.iter(|| dst.copy_from_slice(black_box(&src)))
         });
-        for t in GEMV {
-            let data = weights(t, rows, cols);
-            let m = QuantMatrix {
-                format: QuantFormat::Ggml(t),
-                rows,
-                cols,
-                data: &data,
-                scales: None,
-                tensor_scale: None,
-            };
+        for f in GEMV {
+            let q = weights(f, rows, cols);
+            let m = q.view();
             let mut y = vec![0.0f32; rows];
-            g.throughput(Throughput::Bytes(data.len() as u64));
-            g.bench_with_input(BenchmarkId::new("1thread", t.name()), &m, |b, m| {
+            g.throughput(Throughput::Bytes((q.data.len() + q.scales.len()) as u64));
+            g.bench_with_input(BenchmarkId::new("1thread", f.name()), &m, |b, m| {
                 b.iter(|| matmul_serial(m, black_box(&x), 1, &mut y).unwrap())
             });
-            g.bench_with_input(BenchmarkId::new("allthreads", t.name()), &m, |b, m| {
+            g.bench_with_input(BenchmarkId::new("allthreads", f.name()), &m, |b, m| {
                 b.iter(|| matmul(m, black_box(&x), 1, &mut y).unwrap())
             });
         }
@@ -102,18 +146,11 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group(format!("dequant_{rows}x{cols}"));
     g.sample_size(10);
     let mut out = vec![0.0f32; rows * cols];
-    for t in GEMV {
-        let data = weights(t, rows, cols);
-        let m = QuantMatrix {
-            format: QuantFormat::Ggml(t),
-            rows,
-            cols,
-            data: &data,
-            scales: None,
-            tensor_scale: None,
-        };
-        g.throughput(Throughput::Bytes(data.len() as u64));
-        g.bench_with_input(BenchmarkId::new("1thread", t.name()), &m, |b, m| {
+    for f in GEMV {
+        let q = weights(f, rows, cols);
+        let m = q.view();
+        g.throughput(Throughput::Bytes((q.data.len() + q.scales.len()) as u64));
+        g.bench_with_input(BenchmarkId::new("1thread", f.name()), &m, |b, m| {
             b.iter(|| dequantize_matrix(m, &mut out).unwrap())
         });
     }

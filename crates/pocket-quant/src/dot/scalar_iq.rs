@@ -168,12 +168,17 @@ pub(crate) fn dot_iq1_s(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// The f16 super-block scale of an IQ1_M block (top nibbles of its four scale words).
+/// The f16 bits of an IQ1_M block's super-block scale (top nibbles of its four scale words).
 #[inline(always)]
-pub(crate) fn iq1m_d(b: &[u8]) -> f32 {
+pub(crate) fn iq1m_d_bits(b: &[u8]) -> u16 {
     let sc = [u16_at(b, 48), u16_at(b, 50), u16_at(b, 52), u16_at(b, 54)];
-    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-    half::f16::from_bits(bits).to_f32()
+    (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)
+}
+
+/// The f16 super-block scale of an IQ1_M block.
+#[inline(always)]
+fn iq1m_d(b: &[u8]) -> f32 {
+    half::f16::from_bits(iq1m_d_bits(b)).to_f32()
 }
 
 /// IQ1_M · Q8_K: 3-bit scales per 16, a delta sign per 8 (sums of 8 activations).

@@ -10,7 +10,7 @@
 
 use super::avx2::{bits_to_bytes, f16_at, hsum, load, scale_pair, srl16};
 use crate::act::BlockQ8K;
-use crate::dot::scalar_iq::iq1m_d;
+use crate::dot::scalar_iq::iq1m_d_bits;
 use crate::dot::Kernel;
 use crate::format::QuantFormat;
 use crate::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
@@ -240,8 +240,9 @@ unsafe fn dot_iq1_s_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
                 signed_scaled_dot(g, load(y.qs.as_ptr().add(ib * 32)), ls, ls),
             );
             let ysum = y.bsums[2 * ib] as i32 + y.bsums[2 * ib + 1] as i32;
-            let signed = if qh & 0x8000 != 0 { -ysum } else { ysum };
-            sumi1 += signed * ls as i32;
+            // branch-free: the delta sign bit is random in real weights
+            let sign = 1 - 2 * (qh >> 15) as i32;
+            sumi1 += sign * ysum * ls as i32;
         }
         let t = _mm256_add_ps(
             _mm256_cvtepi32_ps(sumi),
@@ -257,26 +258,26 @@ safe_wrapper!(dot_iq1_s, dot_iq1_s_impl, BlockQ8K);
 unsafe fn dot_iq1_m_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
     let nb = (w.len() / 56).min(x.len());
     let ones = _mm256_set1_epi8(1);
+    let delta_bits = _mm256_setr_epi32(8, 8, 0x80, 0x80, 0x800, 0x800, 0x8000, 0x8000);
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
         let b = std::slice::from_raw_parts(w.as_ptr().add(i * 56), 56);
         let y = &*x.as_ptr().add(i);
         let mut sumi1 = _mm256_setzero_si256();
         let mut sumi2 = _mm256_setzero_si256();
+        let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(iq1m_d_bits(b) as i32)));
         for ib in 0..8 {
-            let nib = |l: usize| (b[32 + (ib * 4 + l) / 2] >> (4 * (l % 2))) & 0xf;
-            let g = grid64(
-                [0, 1, 2, 3]
-                    .map(|l| IQ1S_GRID[b[ib * 4 + l] as usize | (((nib(l) & 7) as usize) << 8)]),
-            );
-            // the delta sign per 8 elements as a ±1 byte vector
-            let dl = grid64([0, 1, 2, 3].map(|l| {
-                if nib(l) & 8 != 0 {
-                    u64::MAX
-                } else {
-                    0x0101_0101_0101_0101
-                }
+            // one nibble per 8 elements: 3 high grid-index bits and the delta sign (bit 3)
+            let qh16 = u16_at(b, 32 + 2 * ib) as i32;
+            let g = grid64([0, 1, 2, 3].map(|l| {
+                IQ1S_GRID[b[ib * 4 + l] as usize | ((((qh16 >> (4 * l)) & 7) as usize) << 8)]
             }));
+            // the delta signs as a ±1 byte vector, branch-free (the bits are random in real weights)
+            let clear = _mm256_cmpeq_epi32(
+                _mm256_and_si256(_mm256_set1_epi32(qh16), delta_bits),
+                _mm256_setzero_si256(),
+            );
+            let dl = _mm256_or_si256(_mm256_andnot_si256(clear, _mm256_set1_epi8(-1)), ones);
             let sc = u16_at(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
             let (l0, l1) = (2 * (sc & 7) as i16 + 1, 2 * ((sc >> 3) & 7) as i16 + 1);
             let yv = load(y.qs.as_ptr().add(ib * 32));
@@ -289,7 +290,7 @@ unsafe fn dot_iq1_m_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
             _mm256_cvtepi32_ps(sumi2),
             _mm256_cvtepi32_ps(sumi1),
         );
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(iq1m_d(b) * y.d), t, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), t, acc);
     }
     hsum(acc)
 }
