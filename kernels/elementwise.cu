@@ -167,3 +167,39 @@ extern "C" __global__ void act_q8_f16(const float* x, uint16_t* y, int total32) 
 extern "C" __global__ void act_q8k_f16(const float* x, uint16_t* y, int total32) {
     act_q8_to_f16<true>(x, y, total32);
 }
+
+// silu_mul for decode-sized inputs (at most 8 rows of a multiple of 32), also writing the
+// output's int8 quantization in both kinds, as the decode norms do (common.cuh quant256 layout;
+// Q8K only where d is a multiple of 256), so the down projection launches no quantize kernel.
+// The same expression as silu_mul, so `out` is bit-identical to it. One warp per 256 elements
+// of the flattened [rows, d] (total32 = rows * d / 32).
+extern "C" __global__ void silu_mul_q8(const float* __restrict__ g, const float* __restrict__ u,
+                                       float* __restrict__ out, int total32, int d, int8_t* xq,
+                                       float* xd, float* xs, int8_t* xqk, float* xdk, float* xsk) {
+    int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
+    if (c * 8 >= total32) return;
+    int lane = threadIdx.x & 31, nvalid = min(8, total32 - 8 * c);
+    bool valid = (lane >> 2) < nvalid;
+    size_t e = (size_t)c * 256, b = (size_t)c * 8;
+    float gv[8], uv[8], v[8];
+    load_lane8(g + e, nvalid, gv);
+    load_lane8(u + e, nvalid, uv);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float a = gv[i];
+        v[i] = a / (1.f + expf(-a)) * uv[i];
+    }
+    if (valid) {
+        float4* o = (float4*)(out + e) + 2 * lane;
+        o[0] = make_float4(v[0], v[1], v[2], v[3]);
+        o[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+    int q[8], sum;
+    float dd;
+    quant_lane<false>(v, q, dd, sum);
+    if (valid) store_lane(q, dd, sum, xq + e, xd + b, xs + b);
+    if (d % 256 == 0) {
+        quant_lane<true>(v, q, dd, sum);
+        store_lane(q, dd, sum, xqk + e, xdk + b, xsk + b);
+    }
+}

@@ -398,8 +398,8 @@ fn act_rows(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
     x
 }
 
-/// The device's activation quantizers (the GEMV's quantize launch and the decode norms' fused
-/// one) produce byte-identical int8 blocks, scales and scaled sums to pocket-quant's
+/// The device's activation quantizers (the GEMV's quantize launch and the ones fused into the
+/// decode norms and silu_mul) produce byte-identical int8 blocks, scales and scaled sums to pocket-quant's
 /// `quantize_act_q8` (32-element formats) and `quantize_act_q8k` (K formats), so a CUDA GEMV and
 /// the CPU's dot read the same integers.
 #[test]
@@ -488,6 +488,21 @@ fn activation_quantization_is_bit_identical_to_the_cpu() {
             let got = be.quantized_activation(&h, k).unwrap();
             let hv = be.read_f32(&h).unwrap();
             check(&hv, n, cols, got, k, "rms_norm_q8");
+        }
+        // silu_mul at decode sizes quantizes its output in the same launch too.
+        let gate: Vec<f32> = (0..n * cols).map(|_| 4.0 * rng.f32()).collect();
+        let (gt, ut) = (
+            be.upload_f32(&gate, &[n, cols]).unwrap(),
+            be.upload_f32(&x, &[n, cols]).unwrap(),
+        );
+        for k in [false, true] {
+            if k && cols % 256 != 0 {
+                continue;
+            }
+            be.silu_mul(&gt, &ut, &mut h).unwrap();
+            let got = be.quantized_activation(&h, k).unwrap();
+            let hv = be.read_f32(&h).unwrap();
+            check(&hv, n, cols, got, k, "silu_mul_q8");
         }
     }
 }

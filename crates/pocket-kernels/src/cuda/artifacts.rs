@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "459ba86aca3a5b6be8a57908a56714a0858e9694cd57e1bc1fac8179806bc2ab";
+    "85df9781a1c3afa98de0038e349ed63697393973423caa40f02c57112f0a3989";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

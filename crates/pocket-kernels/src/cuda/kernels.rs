@@ -196,6 +196,8 @@ pub enum Kernel {
     AddBias,
     AddAssign,
     SiluMul,
+    /// silu_mul that also writes its output's int8 quantization (decode, <= 8 rows).
+    SiluMulQ8,
     GatherRows,
     Rope,
     F32ToF16,
@@ -290,6 +292,7 @@ impl Kernel {
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),
+            Kernel::SiluMulQ8 => (M::Elementwise, "silu_mul_q8"),
             Kernel::GatherRows => (M::Elementwise, "gather_rows"),
             Kernel::Rope => (M::Elementwise, "rope"),
             Kernel::F32ToF16 => (M::Elementwise, "f32_to_f16"),

@@ -93,8 +93,8 @@ pub(crate) fn rms_norm(
     )
 }
 
-/// Where a decode-sized norm (at most [`GEMV_MAX_ROWS`] rows of a multiple of 32) should also
-/// write its output's 8-bit quantization: the q8 scratch, now recorded as holding `out`, so the
+/// Where a decode-sized norm or silu_mul (at most [`GEMV_MAX_ROWS`] rows of a multiple of 32)
+/// should also write its output's 8-bit quantization: the q8 scratch, now recorded as holding `out`, so the
 /// GEMVs that read `out` skip their quantize launch (a failed launch clears the record). `None`
 /// for other shapes, or with `POCKET_NORM_Q8=0`. The caller has already cleared the previous
 /// record.
@@ -197,6 +197,33 @@ pub(crate) fn silu_mul(
     let u = be.ptr_of(OP, "up", up, DType::F32)?;
     let o = be.ptr_of(OP, "out", out, DType::F32)?;
     let total = gate.numel();
+    let (rows, d) = (out.rows(), out.row_len());
+    if rows * d == total {
+        if let Some(b) = norm_q8_scratch(be, OP, o, rows, d)? {
+            let total32 = total / 32;
+            return be
+                .launch(
+                    OP,
+                    Kernel::SiluMulQ8,
+                    (total32.div_ceil(8).div_ceil(8) as u32, 1, 1),
+                    256,
+                    args![
+                        g,
+                        u,
+                        o,
+                        total32 as i32,
+                        d as i32,
+                        b.q8.0,
+                        b.q8.1,
+                        b.q8.2,
+                        b.k.0,
+                        b.k.1,
+                        b.k.2
+                    ],
+                )
+                .inspect_err(|_| be.invalidate_q8());
+        }
+    }
     be.launch(
         OP,
         Kernel::SiluMul,
