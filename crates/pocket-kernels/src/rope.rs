@@ -261,8 +261,8 @@ mod tests {
             })
             .collect();
         // All three regimes occur for this head.
-        assert!(factors.iter().any(|&k| k == 1.0));
-        assert!(factors.iter().any(|&k| k == 8.0));
+        assert!(factors.contains(&1.0));
+        assert!(factors.contains(&8.0));
         assert!(factors.iter().any(|&k| k > 1.0 && k < 8.0));
         let a = RopeTable::with_freq_factors(cfg(RopeScaling::None), 64, &factors).unwrap();
         let b = RopeTable::new(
