@@ -1,13 +1,16 @@
 //! Register-blocked AVX2 matmul for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 //! IQ4_NL) against [`BlockQ8`] activations.
 //!
-//! Why: the per-row dot kernels decode every weight block once per activation row, so a prefill
-//! of `n` tokens pays the nibble unpack, the f16 scale conversions and the block bookkeeping `n`
-//! times. Here a tile of `RW` weight rows x `RA` activation rows decodes each weight block once
-//! and each activation block once, and keeps the `RW * RA` partial sums in registers. The
-//! arithmetic per (weight block, activation block) pair is the same as the dot kernels' (integer
-//! `vpmaddubsw` dot, one f32 scale multiply, one FMA), so results agree with them to f32
-//! rounding of the accumulation order.
+//! Why: the per-row dot kernels decode every weight block once per activation row and pay a
+//! scale broadcast, a float multiply and an FMA per 32-element block pair. Here:
+//! - prefill (`n >= 4`): activation rows are interleaved 8 at a time ([`interleave`]); each
+//!   weight block is decoded once per 8 rows, its 8 exact integer block dots are reduced into one
+//!   vector and scaled by the 8 products `dw * dy` with one FMA ([`tile8`]);
+//! - decode GEMV: the same reduction over 8 weight rows against one activation row, the rows'
+//!   f16 scales converted together ([`gemv8`]); leftover rows go 4 or 1 at a time ([`tile`]).
+//!
+//! The integer block dots are the dot kernels' (`vpmaddubsw`), so results agree with them up to
+//! f32 rounding of the scale products and the accumulation order.
 
 use crate::act::BlockQ8;
 use crate::format::QuantFormat;
@@ -24,6 +27,17 @@ trait Legacy {
     const SIGNED: bool;
     /// Decodes the block at `p`.
     unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32);
+    /// The block's codes only (as in [`Legacy::unpack`]).
+    #[inline(always)]
+    unsafe fn codes(p: *const u8) -> __m256i {
+        Self::unpack(p).0
+    }
+    /// Offset of the f16 scale `d`.
+    const D_AT: usize = 0;
+    /// How `c` derives from the block: `c = C_D * d`, or the f16 at `C_AT` when `C_AT` is set.
+    const C_D: f32 = 0.0;
+    /// Offset of an f16 `c` field (formats with a minimum).
+    const C_AT: Option<usize> = None;
 }
 
 #[inline(always)]
@@ -58,6 +72,11 @@ struct Q4_0;
 impl Legacy for Q4_0 {
     const BB: usize = 18;
     const SIGNED: bool = false;
+    const C_D: f32 = -8.0;
+    #[inline(always)]
+    unsafe fn codes(p: *const u8) -> __m256i {
+        nibbles(p.add(2))
+    }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
         let d = f16_at(p);
@@ -69,6 +88,11 @@ struct Q4_1;
 impl Legacy for Q4_1 {
     const BB: usize = 20;
     const SIGNED: bool = false;
+    const C_AT: Option<usize> = Some(2);
+    #[inline(always)]
+    unsafe fn codes(p: *const u8) -> __m256i {
+        nibbles(p.add(4))
+    }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
         (nibbles(p.add(4)), f16_at(p), f16_at(p.add(2)))
@@ -79,6 +103,7 @@ struct Q5_0;
 impl Legacy for Q5_0 {
     const BB: usize = 22;
     const SIGNED: bool = false;
+    const C_D: f32 = -16.0;
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
         let d = f16_at(p);
@@ -92,6 +117,7 @@ struct Q5_1;
 impl Legacy for Q5_1 {
     const BB: usize = 24;
     const SIGNED: bool = false;
+    const C_AT: Option<usize> = Some(2);
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
         let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
@@ -108,6 +134,10 @@ struct Q8_0;
 impl Legacy for Q8_0 {
     const BB: usize = 34;
     const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn codes(p: *const u8) -> __m256i {
+        _mm256_loadu_si256(p.add(2) as *const __m256i)
+    }
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
         (
@@ -292,6 +322,62 @@ unsafe fn tile8<L: Legacy, const RW: usize>(
     out
 }
 
+/// The f16 at `off` of the 8 blocks at `p[r]`, as 8 f32 lanes.
+#[inline(always)]
+unsafe fn f16x8(p: &[*const u8; 8], off: usize) -> __m256 {
+    let h = |r: usize| std::ptr::read_unaligned(p[r].add(off) as *const i16);
+    _mm256_cvtph_ps(_mm_setr_epi16(
+        h(0),
+        h(1),
+        h(2),
+        h(3),
+        h(4),
+        h(5),
+        h(6),
+        h(7),
+    ))
+}
+
+/// `out[r] = dot(weight row r, y)` for the 8 weight rows at `w[r]` and one activation row `y`
+/// of `nb` blocks (decode GEMV).
+///
+/// Like [`tile8`] with the roles swapped: each step reduces the 8 rows' integer block dots into
+/// one vector and scales it by the 8 rows' `d` (converted together) times `y.d`: one FMA per 8
+/// blocks instead of a scale broadcast, multiply and FMA per block.
+#[inline(always)]
+unsafe fn gemv8<L: Legacy>(w: [*const u8; 8], y: *const BlockQ8, nb: usize) -> [f32; 8] {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut corr = _mm256_setzero_ps();
+    for k in 0..nb {
+        let yb = &*y.add(k);
+        let yq = _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i);
+        let p: [*const u8; 8] = std::array::from_fn(|r| w[r].add(k * L::BB));
+        let dots: [__m256i; TA] = std::array::from_fn(|r| {
+            let q = L::codes(p[r]);
+            let (qa, ys) = if L::SIGNED {
+                (_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q))
+            } else {
+                (q, yq)
+            };
+            _mm256_madd_epi16(_mm256_maddubs_epi16(qa, ys), ones)
+        });
+        let d = f16x8(&p, L::D_AT);
+        let sums = _mm256_cvtepi32_ps(reduce8(dots));
+        acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, _mm256_set1_ps(yb.d)), acc);
+        if !L::SIGNED {
+            let c = match L::C_AT {
+                Some(off) => f16x8(&p, off),
+                None => _mm256_mul_ps(d, _mm256_set1_ps(L::C_D)),
+            };
+            corr = _mm256_fmadd_ps(c, _mm256_set1_ps(yb.s), corr);
+        }
+    }
+    let mut out = [0.0f32; 8];
+    _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(acc, corr));
+    out
+}
+
 /// The inputs of one weight-row range of a matmul.
 pub(super) struct Job<'a> {
     /// All weight rows, `rb` bytes each.
@@ -370,6 +456,13 @@ unsafe fn range<L: Legacy>(job: &Job<'_>, r0: usize, r1: usize, y: *mut f32) {
     for j in 0..job.n {
         let xs = [xp.add(j * nb)];
         let mut r = r0;
+        while r + 8 <= r1 {
+            let o = gemv8::<L>(std::array::from_fn(|i| wrow(r + i)), xs[0], nb);
+            for (i, v) in o.iter().enumerate() {
+                *y.add(j * ys + r + i) = v * ts;
+            }
+            r += 8;
+        }
         while r + RW1 <= r1 {
             let o = tile::<L, RW1, 1>(std::array::from_fn(|i| wrow(r + i)), xs, nb);
             for (i, v) in o.iter().enumerate() {
