@@ -291,6 +291,17 @@ pub trait InferenceBackend: Send + Sync + 'static {
     /// long, full queue) are reported here, before any event.
     fn submit(&self, req: GenerationRequest) -> Result<GenerationHandle, SubmitError>;
 
+    /// Enqueues sequences that belong together (the `n` choices of one request, in order). A
+    /// backend that batches should admit them at the same step where there is room; this
+    /// default submits them one at a time. On an error the handles already made are dropped,
+    /// which cancels their sequences.
+    fn submit_all(
+        &self,
+        reqs: Vec<GenerationRequest>,
+    ) -> Result<Vec<GenerationHandle>, SubmitError> {
+        reqs.into_iter().map(|r| self.submit(r)).collect()
+    }
+
     /// Turns token ids back into text (for `echo` with token-id prompts).
     fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, SubmitError>;
 

@@ -52,6 +52,18 @@ impl InferenceBackend for MultiBackend {
         self.route(&req.model)?.submit(req)
     }
 
+    /// All to the backend of the first request's model (a request's choices share a model; a
+    /// mixed list is refused by that backend as an unknown model).
+    fn submit_all(
+        &self,
+        reqs: Vec<GenerationRequest>,
+    ) -> Result<Vec<GenerationHandle>, SubmitError> {
+        match reqs.first() {
+            Some(r) => self.route(&r.model)?.submit_all(reqs),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, SubmitError> {
         self.route(model)?.detokenize(model, tokens)
     }

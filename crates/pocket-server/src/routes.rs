@@ -199,11 +199,8 @@ async fn generate(
         return Err(e);
     }
     let echo = echo_texts(state, &parsed)?;
-    let mut handles: Vec<GenerationHandle> = Vec::with_capacity(parsed.choices.len());
-    for g in &parsed.choices {
-        // On error, dropping `handles` cancels the choices already submitted.
-        handles.push(state.backend.submit(g.clone())?);
-    }
+    // All choices in one submission, so a batching backend starts them at the same step.
+    let handles: Vec<GenerationHandle> = state.backend.submit_all(parsed.choices.clone())?;
     let asm = Assembler::new(&parsed, echo, started);
     let gen = Generation::new(
         handles,

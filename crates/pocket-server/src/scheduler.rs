@@ -76,7 +76,8 @@ pub struct SchedulerConfig {
 }
 
 enum Command {
-    Submit(Box<Pending>),
+    /// Sequences admitted together, in order.
+    Submit(Vec<Pending>),
     Cancel(u64),
 }
 
@@ -139,24 +140,11 @@ impl SchedulerBackend {
         }
     }
 
-    fn send(&self, c: Command) -> Result<(), SubmitError> {
-        self.tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(c)
-            .map_err(|_| SubmitError::Unavailable("the scheduler thread has stopped".into()))
-    }
-}
-
-impl InferenceBackend for SchedulerBackend {
-    fn models(&self) -> Vec<ModelInfo> {
-        vec![self.cfg.model.clone()]
-    }
-
-    fn submit(&self, req: GenerationRequest) -> Result<GenerationHandle, SubmitError> {
-        if req.model != self.cfg.model.id {
-            return Err(SubmitError::UnknownModel(req.model));
-        }
+    /// Encodes and checks one request: its prompt tokens, the request and its token limit.
+    fn prepare(
+        &self,
+        req: GenerationRequest,
+    ) -> Result<(Vec<u32>, GenerationRequest, usize), SubmitError> {
         let prompt = self.codec.encode(&req.prompt)?;
         let vocab = self.codec.vocab_size();
         if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
@@ -204,32 +192,79 @@ impl InferenceBackend for SchedulerBackend {
             Some(m) => m,
             None => room,
         };
+        Ok((prompt, req, max_tokens))
+    }
+
+    fn send(&self, c: Command) -> Result<(), SubmitError> {
+        self.tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(c)
+            .map_err(|_| SubmitError::Unavailable("the scheduler thread has stopped".into()))
+    }
+}
+
+impl InferenceBackend for SchedulerBackend {
+    fn models(&self) -> Vec<ModelInfo> {
+        vec![self.cfg.model.clone()]
+    }
+
+    fn submit(&self, req: GenerationRequest) -> Result<GenerationHandle, SubmitError> {
+        let mut handles = self.submit_all(vec![req])?;
+        handles
+            .pop()
+            .ok_or_else(|| SubmitError::Unavailable("nothing submitted".into()))
+    }
+
+    /// Validates every request first, then enqueues them as one command, so the scheduler admits
+    /// them at the same token boundary (where the batch has room): the `n` choices of a request
+    /// then share their steps, and a seeded request meets the same batch every time it runs on an
+    /// otherwise idle server.
+    fn submit_all(
+        &self,
+        reqs: Vec<GenerationRequest>,
+    ) -> Result<Vec<GenerationHandle>, SubmitError> {
+        let mut prepared = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            if req.model != self.cfg.model.id {
+                return Err(SubmitError::UnknownModel(req.model));
+            }
+            prepared.push(self.prepare(req)?);
+        }
+        let k = prepared.len();
         let waiting = self.shared.waiting.load(Ordering::SeqCst);
         let running = self.shared.running.load(Ordering::SeqCst);
-        if waiting + running >= self.cfg.max_running + self.cfg.max_queue {
+        if waiting + running + k > self.cfg.max_running + self.cfg.max_queue {
             return Err(SubmitError::QueueFull { queued: waiting });
         }
-        self.shared.waiting.fetch_add(1, Ordering::SeqCst);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let pending = Pending {
-            id,
-            prompt,
-            req,
-            max_tokens,
-            tx,
-        };
-        if let Err(e) = self.send(Command::Submit(Box::new(pending))) {
-            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.shared.waiting.fetch_add(k, Ordering::SeqCst);
+        let mut group = Vec::with_capacity(k);
+        let mut handles = Vec::with_capacity(k);
+        let cancel_tx = self.tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (prompt, req, max_tokens) in prepared {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
+            let (tx, rx) = mpsc::unbounded_channel();
+            group.push(Pending {
+                id,
+                prompt,
+                req,
+                max_tokens,
+                tx,
+            });
+            let cancel_tx = cancel_tx.clone();
+            handles.push(GenerationHandle::new(
+                rx,
+                CancelOnDrop::new(move || {
+                    let _ = cancel_tx.send(Command::Cancel(id));
+                }),
+            ));
+        }
+        if let Err(e) = self.send(Command::Submit(group)) {
+            self.shared.waiting.fetch_sub(k, Ordering::SeqCst);
+            // Dropping `handles` sends cancels to the stopped scheduler: nothing to undo.
             return Err(e);
         }
-        let cancel_tx = self.tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        Ok(GenerationHandle::new(
-            rx,
-            CancelOnDrop::new(move || {
-                let _ = cancel_tx.send(Command::Cancel(id));
-            }),
-        ))
+        Ok(handles)
     }
 
     fn detokenize(&self, model: &str, tokens: &[u32]) -> Result<String, SubmitError> {
@@ -309,7 +344,7 @@ fn run<E: StepEngine>(
         cmds.extend(rx.try_iter());
         for c in cmds {
             match c {
-                Command::Submit(p) => waiting.push_back(*p),
+                Command::Submit(group) => waiting.extend(group),
                 Command::Cancel(id) => {
                     waiting.retain(|p| p.id != id);
                     if let Some(eid) = engine_of.remove(&id) {

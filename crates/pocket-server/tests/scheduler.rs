@@ -375,3 +375,23 @@ async fn load_32_streaming_clients_through_scheduler() {
         .unwrap();
     assert_eq!(max, 8, "batch filled to --max-sequences, never beyond");
 }
+
+/// The `n` choices of one request are admitted at the same token boundary, so every step runs
+/// all of them (with the choices submitted one by one, the first could run a step alone). Twenty
+/// requests of `n = 4`, three tokens each: every logged step has a batch of exactly 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_of_one_request_start_together() {
+    let (h, backend, log) = serve(8, 8).await;
+    for i in 0..20 {
+        log.lock().unwrap().batch_sizes.clear();
+        let mut body = chat("w3 w4", 3, false);
+        body["n"] = json!(4);
+        let (st, v) = post(h.addr, "/v1/chat/completions", &body).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["choices"].as_array().unwrap().len(), 4);
+        assert!(eventually(Duration::from_secs(5), || settled(&backend)).await);
+        let sizes = log.lock().unwrap().batch_sizes.clone();
+        assert_eq!(sizes, [4, 4, 4], "request {i}");
+    }
+    h.shutdown();
+}
