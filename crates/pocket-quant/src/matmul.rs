@@ -10,6 +10,8 @@ use std::cell::Cell;
 
 #[cfg(target_arch = "x86_64")]
 mod tile;
+#[cfg(target_arch = "x86_64")]
+mod tile_k;
 
 /// A raw output pointer shared by the rayon tasks of one matmul; each task writes only the
 /// columns of its own weight-row range.
@@ -28,7 +30,11 @@ unsafe impl Sync for OutPtr {}
 #[cfg(target_arch = "x86_64")]
 fn task_rows(rows: usize, rb: usize, threads: usize, bytes: usize) -> usize {
     let by_cache = (bytes / rb.max(1)).max(4);
-    let by_balance = rows.div_ceil(threads * 4).max(4);
+    let by_balance = if threads > 1 {
+        rows.div_ceil(threads * 4).max(4)
+    } else {
+        rows
+    };
     by_cache.min(by_balance).div_ceil(4) * 4
 }
 
@@ -78,15 +84,75 @@ fn tiled(
     };
     // SAFETY (both calls): `level >= Avx2` was clamped to what the CPU supports, `y` holds
     // `n * rows` floats, `job` was built from a validated matrix, and every range is disjoint.
+    // Weight rows in cache-sized ranges, serial too: a range's rows stay in L2 while every
+    // activation tile passes over them.
+    let per = task_rows(rows, rb, threads, 96 << 10);
+    let range = |c: usize| {
+        let o = out;
+        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
+        unsafe { f(&job, r0, r1, o.0) };
+    };
     if threads == 1 || rows <= 4 {
-        unsafe { f(&job, 0, rows, out.0) };
+        (0..rows.div_ceil(per)).for_each(range);
     } else {
-        let per = task_rows(rows, rb, threads, 96 << 10);
-        (0..rows.div_ceil(per)).into_par_iter().for_each(|c| {
-            let o = out;
-            let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
-            unsafe { f(&job, r0, r1, o.0) };
-        });
+        (0..rows.div_ceil(per)).into_par_iter().for_each(range);
+    }
+    TILES.with(|c| c.set(tiles));
+    Some(())
+}
+
+/// The register-blocked prefill path for Q4_K / Q6_K (see `tile_k`); `None` for decode-sized
+/// `n` (the per-row kernels serve those) or where it does not apply.
+#[cfg(target_arch = "x86_64")]
+fn tiled_k(
+    w: &QuantMatrix,
+    rb: usize,
+    x: &[BlockQ8K],
+    n: usize,
+    y: &mut [f32],
+    level: SimdLevel,
+    parallel: bool,
+) -> Option<()> {
+    if level < SimdLevel::Avx2 || w.scales.is_some() || n < 4 {
+        return None;
+    }
+    let f = tile_k::range_fn_k(w.format)?;
+    thread_local! {
+        /// Reused interleaved-activation buffer, one per calling thread.
+        static TILES: Cell<Vec<tile_k::TileBlockK>> = const { Cell::new(Vec::new()) };
+    }
+    let nb = w.cols / 256;
+    let mut tiles = TILES.with(Cell::take);
+    tile_k::interleave_k(x, n, nb, &mut tiles);
+    let job = tile_k::JobK {
+        w: w.data,
+        rb,
+        tiles: &tiles,
+        n,
+        nb,
+        ys: w.rows,
+        ts: w.tensor_scale.unwrap_or(1.0),
+    };
+    let out = OutPtr(y.as_mut_ptr());
+    let rows = w.rows;
+    let threads = if parallel {
+        rayon::current_num_threads().max(1)
+    } else {
+        1
+    };
+    // SAFETY: as in `tiled`.
+    // Weight rows in cache-sized ranges, serial too: a range's rows stay in L2 while every
+    // activation tile passes over them.
+    let per = task_rows(rows, rb, threads, 96 << 10);
+    let range = |c: usize| {
+        let o = out;
+        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
+        unsafe { f(&job, r0, r1, o.0) };
+    };
+    if threads == 1 || rows <= 4 {
+        (0..rows.div_ceil(per)).for_each(range);
+    } else {
+        (0..rows.div_ceil(per)).into_par_iter().for_each(range);
     }
     TILES.with(|c| c.set(tiles));
     Some(())
@@ -234,10 +300,10 @@ fn multiply(
     let ny = n * rows;
     let spec = w.format.spec();
     #[cfg(target_arch = "x86_64")]
-    if let Act::Q8(a) = act {
-        if tiled(w, rb, a, n, y, level, parallel).is_some() {
-            return;
-        }
+    match act {
+        Act::Q8(a) if tiled(w, rb, a, n, y, level, parallel).is_some() => return,
+        Act::Q8K(a) if tiled_k(w, rb, a, n, y, level, parallel).is_some() => return,
+        _ => {}
     }
     let k = kernel(w, level);
     let ts = w.tensor_scale.unwrap_or(1.0);

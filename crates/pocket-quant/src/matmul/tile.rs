@@ -263,7 +263,7 @@ pub(super) fn interleave(x: &[BlockQ8], n: usize, nb: usize, out: &mut Vec<TileB
 
 /// Sums of the 8 i32 lanes of each of `p[0..8]`, as lanes 0..8 of one vector.
 #[inline(always)]
-unsafe fn reduce8(p: [__m256i; TA]) -> __m256i {
+pub(super) unsafe fn reduce8(p: [__m256i; TA]) -> __m256i {
     let h01 = _mm256_hadd_epi32(p[0], p[1]);
     let h23 = _mm256_hadd_epi32(p[2], p[3]);
     let h45 = _mm256_hadd_epi32(p[4], p[5]);
