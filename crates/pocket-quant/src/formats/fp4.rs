@@ -28,7 +28,7 @@ pub(crate) fn e8m0_half(e: u8) -> f32 {
 /// Unsigned E4M3 (bias 7; bit 7 ignored; 0 and 0x7F decode to 0) to half its value
 /// (gguf-py `NVFP4.ue4m3_to_fp32`).
 #[inline(always)]
-pub(crate) fn ue4m3_half(x: u8) -> f32 {
+pub(crate) const fn ue4m3_half(x: u8) -> f32 {
     if x == 0 || x == 0x7f {
         return 0.0;
     }
@@ -41,6 +41,17 @@ pub(crate) fn ue4m3_half(x: u8) -> f32 {
     };
     raw * 0.5
 }
+
+/// [`ue4m3_half`] of every byte, for kernels that decode scales per 16 elements.
+pub(crate) static UE4M3_HALF: [f32; 256] = {
+    let mut t = [0.0f32; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = ue4m3_half(i as u8);
+        i += 1;
+    }
+    t
+};
 
 /// MXFP4 (GGUF) block bytes: e, qs[16].
 pub(crate) const MXFP4_BYTES: usize = 17;

@@ -13,7 +13,7 @@ use super::avx2::{dot_i8_i8, hsum, load, nibbles};
 use crate::act::BlockQ8;
 use crate::dot::Kernel;
 use crate::format::QuantFormat;
-use crate::formats::fp4::{e8m0_half, ue4m3_half, KVALUES_FP4};
+use crate::formats::fp4::{e8m0_half, KVALUES_FP4, UE4M3_HALF};
 use crate::formats::fp8::{e4m3_to_f32, E4M3_LUT, E5M2_LUT};
 use pocket_formats::ggml_type::GgmlType as G;
 use std::arch::x86_64::*;
@@ -225,8 +225,8 @@ unsafe fn dot_nvfp4_impl(w: &[u8], _s: &[u8], x: &[BlockQ8]) -> f32 {
             let codes = _mm256_set_m128i(_mm_unpackhi_epi64(lo, hi), _mm_unpacklo_epi64(lo, hi));
             let p = dot_i8_i8(_mm256_shuffle_epi8(table, codes), load(y.qs.as_ptr()));
             let sc = half_scales(
-                ue4m3_half(*b.add(2 * k)),
-                ue4m3_half(*b.add(2 * k + 1)),
+                UE4M3_HALF[*b.add(2 * k) as usize],
+                UE4M3_HALF[*b.add(2 * k + 1) as usize],
                 y.d,
             );
             acc = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc);
