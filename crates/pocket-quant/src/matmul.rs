@@ -31,7 +31,7 @@ unsafe impl Sync for OutPtr {}
 fn task_rows(rows: usize, rb: usize, threads: usize, bytes: usize) -> usize {
     let by_cache = (bytes / rb.max(1)).max(4);
     let by_balance = if threads > 1 {
-        rows.div_ceil(threads * 4).max(4)
+        rows.div_ceil(threads * 2).max(4)
     } else {
         rows
     };

@@ -345,11 +345,24 @@ unsafe fn f16x8(p: &[*const u8; 8], off: usize) -> __m256 {
 /// one vector and scales it by the 8 rows' `d` (converted together) times `y.d`: one FMA per 8
 /// blocks instead of a scale broadcast, multiply and FMA per block.
 #[inline(always)]
-unsafe fn gemv8<L: Legacy>(w: [*const u8; 8], y: *const BlockQ8, nb: usize) -> [f32; 8] {
+unsafe fn gemv8<L: Legacy>(
+    w: [*const u8; 8],
+    y: *const BlockQ8,
+    nb: usize,
+    ahead: (*const u8, usize),
+) -> [f32; 8] {
     let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_ps();
     let mut corr = _mm256_setzero_ps();
+    // Software prefetch of the rows a later call reads (`ahead.1` bytes from `ahead.0`), spread
+    // over this call's steps: a decode step's matrices are small and each is read once, so the
+    // hardware prefetchers barely ramp up before a matrix ends.
+    let lines = (ahead.1 / 64).div_ceil(nb.max(1));
     for k in 0..nb {
+        for i in 0..lines {
+            let p = ahead.0.wrapping_add((k * lines + i) * 64);
+            _mm_prefetch(p as *const i8, _MM_HINT_T0);
+        }
         let yb = &*y.add(k);
         let yq = _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i);
         let p: [*const u8; 8] = std::array::from_fn(|r| w[r].add(k * L::BB));
@@ -423,6 +436,8 @@ pub(super) fn range_fn(f: QuantFormat) -> Option<RangeFn> {
 const RW: usize = 2;
 /// Weight rows per step for a single activation row (decode GEMV: more independent streams).
 const RW1: usize = 4;
+/// Rows between a GEMV group and the group it prefetches (beyond the next group).
+const PF: usize = 24;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn range<L: Legacy>(job: &Job<'_>, r0: usize, r1: usize, y: *mut f32) {
@@ -453,11 +468,23 @@ unsafe fn range<L: Legacy>(job: &Job<'_>, r0: usize, r1: usize, y: *mut f32) {
         return;
     }
     let xp = job.x.as_ptr();
+    // Start the range's first rows loading together (the in-loop prefetch covers the rest).
+    let head = wrow(r0);
+    for i in 0..((r1 - r0).min(8 + PF) * rb).div_ceil(64) {
+        _mm_prefetch(head.wrapping_add(64 * i) as *const i8, _MM_HINT_T0);
+    }
     for j in 0..job.n {
         let xs = [xp.add(j * nb)];
         let mut r = r0;
         while r + 8 <= r1 {
-            let o = gemv8::<L>(std::array::from_fn(|i| wrow(r + i)), xs[0], nb);
+            // prefetch the group PF rows ahead, inside this range
+            let pf = r + 8 + PF;
+            let ahead = if pf < r1 {
+                (wrow(pf), (r1 - pf).min(8) * rb)
+            } else {
+                (wp, 0)
+            };
+            let o = gemv8::<L>(std::array::from_fn(|i| wrow(r + i)), xs[0], nb, ahead);
             for (i, v) in o.iter().enumerate() {
                 *y.add(j * ys + r + i) = v * ts;
             }
