@@ -168,4 +168,17 @@ mod tests {
         assert_eq!(r.n_threads, Some(2));
         assert!(parse("garbage", "x".into()).is_err());
     }
+
+    /// With `-d`, llama-bench's tests carry `n_depth` (its `pp512 @ d4096`): the prompt and
+    /// generation entries are still told apart by `n_prompt` and `n_gen`.
+    #[test]
+    fn parses_json_at_depth() {
+        let s = r#"[
+  {"n_prompt": 512, "n_gen": 0, "n_depth": 4096, "avg_ts": 80.0, "samples_ts": [79.0, 80.0, 81.0]},
+  {"n_prompt": 0, "n_gen": 128, "n_depth": 4096, "avg_ts": 9.0, "samples_ts": [9.0, 8.9, 9.1]}
+]"#;
+        let r = parse(s, "x".into()).unwrap();
+        assert_eq!(r.prefill_tok_s.unwrap().median, 80.0);
+        assert_eq!(r.decode_tok_s.unwrap().median, 9.0);
+    }
 }
