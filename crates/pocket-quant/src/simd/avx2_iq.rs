@@ -13,7 +13,7 @@ use crate::act::BlockQ8K;
 use crate::dot::scalar_iq::iq1m_d_bits;
 use crate::dot::Kernel;
 use crate::format::QuantFormat;
-use crate::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
+use crate::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use crate::util::{u16_at, u32_at};
 use pocket_formats::ggml_type::GgmlType as G;
 use std::arch::x86_64::*;
@@ -41,12 +41,37 @@ unsafe fn signed_y(y: *const i8, signs: u32) -> __m256i {
     _mm256_sub_epi8(_mm256_xor_si256(load(y), m), m)
 }
 
-/// Four 7-bit sign indices (bits 0..28 of `aux`) expanded through `ksigns` to 32 sign bits.
+/// `ksigns_iq2xs` expanded to 8 bytes of ±1 per 7-bit sign index (ggml's `keven_signs_q2xs`
+/// role): the sign bits of 8 weights become a `vpsignb` operand with one table load.
+static KSIGNS_PM1: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        // bit 7 is the parity of the 7 stored sign bits (the count of minus signs is even)
+        let s = i as u32
+            | if (i as u32).count_ones() % 2 == 1 {
+                0x80
+            } else {
+                0
+            };
+        let mut v = 0u64;
+        let mut k = 0;
+        while k < 8 {
+            let byte: u64 = if (s >> k) & 1 == 1 { 0xff } else { 0x01 };
+            v |= byte << (8 * k);
+            k += 1;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
+
+/// The 32 activations at `y` times the ±1 signs of four 7-bit sign indices (bits 0..28 of `aux`).
 #[inline(always)]
-fn ksigns32(aux: u32) -> u32 {
-    (0..4).fold(0u32, |s, l| {
-        s | (KSIGNS[((aux >> (7 * l)) & 127) as usize] as u32) << (8 * l)
-    })
+unsafe fn ksigned_y(y: *const i8, aux: u32) -> __m256i {
+    let s = [0, 1, 2, 3].map(|l| KSIGNS_PM1[((aux >> (7 * l)) & 127) as usize]);
+    _mm256_sign_epi8(load(y), grid64(s))
 }
 
 /// `u8 magnitudes · i8` with the products of elements 0..16 times `s0`, 16..32 times `s1`.
@@ -72,7 +97,7 @@ unsafe fn dot_iq2_xxs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
             let o = 2 + ib * 8;
             let aux = u32_at(b, o + 4);
             let g = grid64([0, 1, 2, 3].map(|l| IQ2XXS_GRID[b[o + l] as usize]));
-            let ys = signed_y(y.qs.as_ptr().add(ib * 32), ksigns32(aux));
+            let ys = ksigned_y(y.qs.as_ptr().add(ib * 32), aux);
             let ls = (2 * (aux >> 28) + 1) as i16;
             sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, ls, ls));
         }
@@ -97,10 +122,8 @@ unsafe fn dot_iq2_xs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
         for ib in 0..8 {
             let qv = [0, 1, 2, 3].map(|l| u16_at(b, 2 + 2 * (ib * 4 + l)));
             let g = grid64(qv.map(|q| IQ2XS_GRID[(q & 511) as usize]));
-            let signs = (0..4).fold(0u32, |s, l| {
-                s | (KSIGNS[(qv[l] >> 9) as usize] as u32) << (8 * l)
-            });
-            let ys = signed_y(y.qs.as_ptr().add(ib * 32), signs);
+            let signs = grid64(qv.map(|q| KSIGNS_PM1[(q >> 9) as usize]));
+            let ys = _mm256_sign_epi8(load(y.qs.as_ptr().add(ib * 32)), signs);
             let sc = b[66 + ib];
             let (l0, l1) = (2 * (sc & 0xf) as i16 + 1, 2 * (sc >> 4) as i16 + 1);
             sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, l0, l1));
@@ -170,7 +193,7 @@ unsafe fn dot_iq3_xxs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
             let aux = u32_at(b, 66 + 4 * ib);
             let g =
                 grid32([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3XXS_GRID[b[2 + ib * 8 + k] as usize]));
-            let ys = signed_y(y.qs.as_ptr().add(ib * 32), ksigns32(aux));
+            let ys = ksigned_y(y.qs.as_ptr().add(ib * 32), aux);
             let ls = (2 * (aux >> 28) + 1) as i16;
             sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, ls, ls));
         }
