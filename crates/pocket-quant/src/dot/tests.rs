@@ -214,3 +214,25 @@ fn fp8_nan_codes_propagate_in_every_kernel() {
         }
     }
 }
+
+/// The AVX2 kernels negate activations with `vpsignb` / xor-sub, which is exact only if no code is
+/// -128: the activation quantizers must keep codes in -127..=127 (they scale by 127 / amax).
+#[test]
+fn activation_codes_never_reach_minus_128() {
+    let mut rng = Rng(99);
+    for case in 0..200 {
+        let mut x: Vec<f32> = (0..512)
+            .map(|_| rng.f32() * 10f32.powi(case % 7 - 3))
+            .collect();
+        // the extreme element negative, positive, and ties of both signs
+        x[case as usize % 512] = -1e3;
+        if case % 3 == 0 {
+            x[(case as usize + 7) % 512] = 1e3;
+        }
+        let (mut a, mut k) = (Vec::new(), Vec::new());
+        quantize_act_q8(&x, &mut a);
+        quantize_act_q8k(&x, &mut k);
+        assert!(a.iter().all(|b| b.qs.iter().all(|&q| q != -128)));
+        assert!(k.iter().all(|b| b.qs.iter().all(|&q| q != -128)));
+    }
+}
