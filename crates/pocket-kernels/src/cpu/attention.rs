@@ -14,6 +14,10 @@ trait CacheElem: Copy + Send + Sync {
     fn from_f32(v: f32) -> Self;
     /// Converts to f32 (exact).
     fn to_f32(self) -> f32;
+    /// The whole cache as f32 when it is stored as f32 (no conversion needed).
+    fn as_f32(_s: &[Self]) -> Option<&[f32]> {
+        None
+    }
     /// `src` as f32: itself for an f32 cache, else converted into `buf` (`src.len()` long).
     fn row<'a>(src: &'a [Self], buf: &'a mut [f32]) -> &'a [f32] {
         for (o, &x) in buf.iter_mut().zip(src) {
@@ -32,6 +36,9 @@ impl CacheElem for f32 {
     }
     fn row<'a>(src: &'a [Self], _buf: &'a mut [f32]) -> &'a [f32] {
         src
+    }
+    fn as_f32(s: &[Self]) -> Option<&[f32]> {
+        Some(s)
     }
 }
 
@@ -267,7 +274,7 @@ pub(crate) fn attention(
 
 /// Multiply-adds below which attention runs on the calling thread (a rayon fork/join costs more
 /// than the work: a decode step over a short context).
-const PAR_MIN_MACS: usize = 1 << 18;
+const PAR_MIN_MACS: usize = 1 << 16;
 
 /// The attention loop. A work unit is one query row and `hc` query heads of one KV group: the
 /// whole group when there are many query rows (each K/V row is read once for the group), single
@@ -380,6 +387,41 @@ unsafe fn dot4_avx2(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
     r
 }
 
+/// `o = sum_i w[i] * v[slots[i] * kv_row + off..][..o.len()]`, 64 columns at a time held in
+/// registers across all rows (no load/store of `o` per row).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `o.len()` is a multiple of 8; every row lies inside `v`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn weighted_rows_avx2(
+    o: &mut [f32],
+    w: &[f32],
+    v: &[f32],
+    slots: &[usize],
+    kv_row: usize,
+    off: usize,
+) {
+    use std::arch::x86_64::*;
+    let hd = o.len();
+    let mut c0 = 0;
+    while c0 < hd {
+        let lanes = ((hd - c0) / 8).min(8);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (&wi, &slot) in w.iter().zip(slots) {
+            let wv = _mm256_set1_ps(wi);
+            let r = v.as_ptr().add(slot * kv_row + off + c0);
+            for (l, a) in acc.iter_mut().enumerate().take(lanes) {
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(r.add(8 * l)), *a);
+            }
+        }
+        for (l, a) in acc.iter().enumerate().take(lanes) {
+            _mm256_storeu_ps(o.as_mut_ptr().add(c0 + 8 * l), *a);
+        }
+        c0 += 8 * lanes;
+    }
+}
+
 /// `o += w * b`.
 #[inline(always)]
 fn axpy(o: &mut [f32], w: f32, b: &[f32]) {
@@ -487,6 +529,17 @@ fn unit_generic<T: CacheElem, const SIMD: bool>(
         let inv = 1.0 / denom;
         for x in sc.iter_mut() {
             *x *= inv;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let (true, Some(vf)) = (SIMD, T::as_f32(v)) {
+        if hd.is_multiple_of(8) {
+            for (hh, oh) in o.chunks_exact_mut(hd).enumerate() {
+                let w = &scores[hh * len..(hh + 1) * len];
+                // SAFETY: SIMD is only true in `unit_avx2`; slots were validated by `Plan`.
+                unsafe { weighted_rows_avx2(oh, w, vf, slots, kv_row, kvh * hd) };
+            }
+            return;
         }
     }
     o.fill(0.0);
