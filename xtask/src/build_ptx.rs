@@ -66,6 +66,15 @@ pub fn run(_args: &[String]) -> Result<(), String> {
     let rs = root.join("crates/pocket-kernels/src/cuda/artifacts.rs");
     std::fs::write(&rs, artifacts_rs(&modules, &source_set_hash(&kdir)?))
         .map_err(|e| e.to_string())?;
+    // Keep the generated file as `cargo fmt` would leave it, so `cargo fmt --check` stays clean
+    // after every rebuild.
+    let fmt = std::process::Command::new("rustfmt")
+        .args(["--edition", "2021"])
+        .arg(&rs)
+        .status();
+    if !matches!(fmt, Ok(s) if s.success()) {
+        eprintln!("warning: rustfmt of {} failed; run `cargo fmt`", rs.display());
+    }
     eprintln!("wrote {} modules to {}", modules.len(), out_dir.display());
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! Do not edit; `tests/cuda_artifacts.rs` checks this against `kernels/`.
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
-pub const SOURCE_SET_HASH: &str = "85df9781a1c3afa98de0038e349ed63697393973423caa40f02c57112f0a3989";
+pub const SOURCE_SET_HASH: &str =
+    "85df9781a1c3afa98de0038e349ed63697393973423caa40f02c57112f0a3989";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,7 +28,16 @@ pub enum ModuleId {
 
 impl ModuleId {
     /// Every module.
-    pub const ALL: &'static [ModuleId] = &[ModuleId::Argmax, ModuleId::Attention, ModuleId::Deltanet, ModuleId::Elementwise, ModuleId::Gemv, ModuleId::GemvFp8, ModuleId::Norm, ModuleId::Sample];
+    pub const ALL: &'static [ModuleId] = &[
+        ModuleId::Argmax,
+        ModuleId::Attention,
+        ModuleId::Deltanet,
+        ModuleId::Elementwise,
+        ModuleId::Gemv,
+        ModuleId::GemvFp8,
+        ModuleId::Norm,
+        ModuleId::Sample,
+    ];
 
     /// Source file stem.
     pub fn name(self) -> &'static str {
