@@ -259,6 +259,23 @@ pub trait Backend: Send + Sync {
         let _ = (x, gate);
         Err(unsupported(self, "sigmoid_mul"))
     }
+
+    // ---- fused projections ----------------------------------------------------------------
+
+    /// Splits each row of `x` (`[n, w_0 + w_1 + ...]`) into consecutive column ranges, one per
+    /// output (`outs[i]` `[n, w_i]`): the `[q | k | v]` output of a stacked QKV weight. The CUDA
+    /// backend takes at most 3 outputs.
+    fn split_columns(&self, x: &Tensor, outs: &mut [&mut Tensor]) -> Result<()> {
+        let _ = (x, outs);
+        Err(unsupported(self, "split_columns"))
+    }
+
+    /// SwiGLU over the halves of each row: `out[r, :] = silu(x[r, :d]) * x[r, d..]` for `x`
+    /// `[n, 2d]` (the `[gate | up]` output of a stacked weight), `out` `[n, d]`.
+    fn silu_mul_halves(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
+        let _ = (x, out);
+        Err(unsupported(self, "silu_mul_halves"))
+    }
 }
 
 /// A device's memory as its backend reports it (bytes).

@@ -6,6 +6,7 @@ mod deltanet;
 mod elementwise;
 mod host;
 mod matmul;
+mod split;
 
 use pocket_quant::QuantFormat;
 
@@ -348,6 +349,14 @@ impl Backend for CpuBackend {
 
     fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
         deltanet::sigmoid_mul(x, gate)
+    }
+
+    fn split_columns(&self, x: &Tensor, outs: &mut [&mut Tensor]) -> Result<()> {
+        split::split_columns(x, outs)
+    }
+
+    fn silu_mul_halves(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
+        split::silu_mul_halves(x, out)
     }
 }
 

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "85df9781a1c3afa98de0038e349ed63697393973423caa40f02c57112f0a3989";
+    "ff139594655a9a4a3a444238121424b06f9351a29d23f00e8cc4e0e90b9f5a4b";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +24,8 @@ pub enum ModuleId {
     Norm,
     /// `kernels/sample.cu`.
     Sample,
+    /// `kernels/split.cu`.
+    Split,
 }
 
 impl ModuleId {
@@ -37,6 +39,7 @@ impl ModuleId {
         ModuleId::GemvFp8,
         ModuleId::Norm,
         ModuleId::Sample,
+        ModuleId::Split,
     ];
 
     /// Source file stem.
@@ -50,6 +53,7 @@ impl ModuleId {
             ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
             ModuleId::Sample => "sample",
+            ModuleId::Split => "split",
         }
     }
 
@@ -64,6 +68,7 @@ impl ModuleId {
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
             ModuleId::Sample => include_str!("../../ptx/sample.ptx"),
+            ModuleId::Split => include_str!("../../ptx/split.ptx"),
         }
     }
 
@@ -78,6 +83,7 @@ impl ModuleId {
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
             ModuleId::Sample => include_bytes!("../../ptx/sample.sm90.cubin"),
+            ModuleId::Split => include_bytes!("../../ptx/split.sm90.cubin"),
         }
     }
 }

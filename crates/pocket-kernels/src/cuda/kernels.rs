@@ -235,6 +235,12 @@ pub enum Kernel {
     GatedRmsNorm,
     /// Row halves of `[rows, 2d]`.
     SplitHalves,
+    /// Column split of a fused `[q | k | v]` row into up to three outputs (`kernels/split.cu`).
+    SplitColumns3,
+    /// SwiGLU over the halves of a fused `[gate | up]` row.
+    SiluMulHalves,
+    /// `SiluMulHalves` that also writes its output's int8 quantization (decode, <= 8 rows).
+    SiluMulHalvesQ8,
     /// `x *= sigmoid(gate)`.
     SigmoidMul,
 }
@@ -343,6 +349,9 @@ impl Kernel {
             Kernel::GatedDeltaRule => (M::Deltanet, "gated_delta_rule"),
             Kernel::GatedRmsNorm => (M::Deltanet, "gated_rms_norm"),
             Kernel::SplitHalves => (M::Deltanet, "split_halves"),
+            Kernel::SplitColumns3 => (M::Split, "split_columns3"),
+            Kernel::SiluMulHalves => (M::Split, "silu_mul_halves"),
+            Kernel::SiluMulHalvesQ8 => (M::Split, "silu_mul_halves_q8"),
             Kernel::SigmoidMul => (M::Deltanet, "sigmoid_mul"),
         }
     }

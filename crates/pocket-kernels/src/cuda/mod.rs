@@ -23,6 +23,7 @@ mod matmul_fp8;
 pub mod memory;
 mod ops;
 mod sample;
+mod split;
 mod recurrent;
 
 use std::ffi::c_void;
@@ -753,5 +754,15 @@ impl Backend for CudaBackend {
     fn sigmoid_mul(&self, x: &mut Tensor, gate: &Tensor) -> Result<()> {
         self.invalidate_q8();
         recurrent::sigmoid_mul(self, x, gate)
+    }
+
+    fn split_columns(&self, x: &Tensor, outs: &mut [&mut Tensor]) -> Result<()> {
+        self.invalidate_q8();
+        split::split_columns(self, x, outs)
+    }
+
+    fn silu_mul_halves(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.invalidate_q8();
+        split::silu_mul_halves(self, x, out)
     }
 }

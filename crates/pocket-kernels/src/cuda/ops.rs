@@ -98,7 +98,7 @@ pub(crate) fn rms_norm(
 /// GEMVs that read `out` skip their quantize launch (a failed launch clears the record). `None`
 /// for other shapes, or with `POCKET_NORM_Q8=0`. The caller has already cleared the previous
 /// record.
-fn norm_q8_scratch(
+pub(crate) fn norm_q8_scratch(
     be: &CudaBackend,
     op: &'static str,
     out: u64,
