@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use pocket_kernels::{Device, DeviceKind};
 use pocket_models::model::SeqId;
 use pocket_models::sampling::SamplingParams;
-use pocket_models::{Engine, GenerateParams};
+use pocket_models::{Engine, FinishReason, GenerateParams};
 
 fn fixture(arch: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -63,6 +63,17 @@ fn script(e: &mut Engine, sampling: &SamplingParams) -> Trace {
             _ => {}
         }
         let evs = e.step().unwrap();
+        for (id, ev) in &evs {
+            if let Some(reason) = &ev.finish {
+                eprintln!("step {step}: sequence {id} finished: {reason:?}");
+                // Only max_tokens ends a sequence in this script (eos is ignored).
+                assert_eq!(
+                    *reason,
+                    FinishReason::Length,
+                    "step {step}: sequence {id} ended early"
+                );
+            }
+        }
         let rec = evs
             .iter()
             .map(|(id, ev)| (*id, ev.token, ev.logprob.map(f32::to_bits)))

@@ -23,6 +23,9 @@ const BUCKETS: [usize; 4] = [1, 2, 4, 8];
 /// Smallest context bucket: attention's split count is chosen for it at capture.
 const MIN_CTX_BUCKET: usize = 256;
 
+/// Ids of padding rows (counting down from here): engine ids count up from 0 and never get here.
+const PAD_SEQ_ID: SeqId = SeqId::MAX;
+
 /// A graph is keyed by (padded sequences, context bucket).
 type Key = (usize, usize);
 
@@ -123,6 +126,10 @@ fn pad_plan(plan: &BatchPlan, b: usize, cache: &KvCache) -> BatchPlan {
             .copy_from_slice(&plan.block_tables[i * plan.max_blocks..i * plan.max_blocks + used]);
     }
     for i in s..b {
+        // A padding row is a sequence of its own (the model checks tokens == sequences); its id
+        // is one no real sequence gets, and nothing looks it up (the padded plan only feeds
+        // `prepare_decode`).
+        p.seq_ids.push(PAD_SEQ_ID - (i - s) as SeqId);
         p.tokens.push(0);
         p.positions.push(0);
         p.query_start.push(i as u32 + 1);
@@ -287,5 +294,44 @@ impl Engine {
             .decode_logits()
             .map(|t| dev.read_f32(t))
             .transpose()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pocket_kernels::DeviceKind;
+    use pocket_layers::kv_cache::KvCacheConfig;
+
+    /// Padding 3 decoding sequences to the bucket of 4 gives 4 sequences of one token each
+    /// (prepare_decode rejects a plan whose tokens and sequences differ: the GPU engine test
+    /// lost every sequence at the first step of 3), with the real rows unchanged.
+    #[test]
+    fn padded_plan_has_one_sequence_per_token() {
+        let dev = Device::open(DeviceKind::Cpu).unwrap();
+        let cfg = KvCacheConfig {
+            num_layers: 1,
+            num_kv_heads: 1,
+            head_dim: 4,
+            block_size: 16,
+            num_blocks: 8,
+            dtype: DType::F32,
+            max_seq_len: 64,
+        };
+        let mut cache = KvCache::new(&dev, cfg).unwrap();
+        let prompts: [&[u32]; 3] = [&[1, 2, 3], &[4, 5], &[6]];
+        let entries: Vec<(SeqId, &[u32])> = (0..3).map(|i| (i as SeqId, prompts[i])).collect();
+        cache.plan(&entries).unwrap();
+        let step: Vec<(SeqId, &[u32])> = (0..3).map(|i| (i as SeqId, &[7u32][..])).collect();
+        let plan = cache.plan(&step).unwrap();
+        let b = bucket(plan.num_seqs()).unwrap();
+        assert_eq!(b, 4);
+        let p = pad_plan(&plan, b, &cache);
+        assert_eq!((p.num_seqs(), p.num_tokens()), (4, 4));
+        assert_eq!(p.query_start.len(), 5);
+        assert_eq!((p.seq_lens.len(), p.last_rows.len()), (4, 4));
+        assert_eq!(&p.seq_ids[..3], &plan.seq_ids[..]);
+        assert!(!plan.seq_ids.contains(&p.seq_ids[3]));
+        assert_eq!(p.block_tables.len(), 4 * cache.max_blocks_per_seq());
     }
 }
