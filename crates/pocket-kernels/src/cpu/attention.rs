@@ -526,9 +526,8 @@ fn unit_generic<T: CacheElem, const SIMD: bool>(
             *x = (*x - max).exp();
             denom += *x;
         }
-        let inv = 1.0 / denom;
         for x in sc.iter_mut() {
-            *x *= inv;
+            *x /= denom;
         }
     }
     #[cfg(target_arch = "x86_64")]
