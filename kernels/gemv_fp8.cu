@@ -2,80 +2,114 @@
 // f32 scale per tensor (applied to the result) or f32 scales per 128x128 tile
 // (`weight_scale_inv`, [ceil(rows/128), ceil(cols/128)], value = fp8 * scale).
 //
-//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n8>: decode GEMV for 1..8 activation rows (f32 activations,
-//    f32 accumulation). One warp per 2 weight rows (the x loads are shared by both rows); each
-//    lane reads 16 weight bytes per row in one 16-byte load, so a warp covers 512 columns per
-//    step. A 16-byte chunk never straddles a 128-column tile, so a lane applies one tile scale
-//    to its 16-element partial dot. Launch: block 128 (4 warps = 8 rows), grid ceil(rows / 8).
-//  * dequant_fp8_<e4m3|e5m2>_<t|b>_f16: rows [r0, r0 + nr) to f16 for the cuBLAS prefill GEMM
-//    (tile scale folded in; a per-tensor scale is left to the GEMM's alpha, the raw codes are
-//    exact in f16). One thread per 16 bytes; grid ceil(nr * cols / 16 / 256), block 256.
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_n1: decode GEMV for one activation row (f32 activation and
+//    accumulation). One warp per 4 weight rows (each x load serves all 4); each lane reads 16
+//    weight bytes per row in one 16-byte load, so a warp covers 512 columns per step, and two
+//    steps' loads issue before any arithmetic (4 x 2 x 16 = 128 bytes in flight per lane: decode
+//    is bound by HBM latency x bytes in flight). A 16-byte chunk never straddles a 128-column
+//    tile, so a lane applies one tile scale to its 16-element partial dot.
+//    Launch: block 128 (4 warps = 16 rows), grid ceil(rows / 16).
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's
+//    activations go through shared memory 512 columns at a time (all rows of x, f32), so each
+//    weight byte is loaded and decoded once and used for every activation row, and x is read
+//    from L2 once per block instead of once per warp (the old per-warp __ldg of 8 rows of x ran
+//    at 10% of HBM bandwidth: it was L2-bound). The next tile's weights are loaded before the
+//    current one is multiplied. Launch: block 256 (8 warps x 4 rows = 32 rows), grid
+//    ceil(rows / 32); a warp past the last row still joins the barriers.
+//  * dequant_fp8_<e4m3|e5m2>_<t|b>_<f16|f32>: rows [r0, r0 + nr) to f16 (tensor-core prefill) or
+//    f32 (exact prefill, SGEMM) for cuBLAS (tile scale folded in; a per-tensor scale is left to
+//    the GEMM's alpha, the raw codes are exact in f16). One thread per 16 bytes;
+//    grid ceil(nr * cols / 16 / 256), block 256.
 //
-// Both need cols % 16 == 0 (16-byte aligned rows); the upload refuses other widths.
+// All need cols % 16 == 0 (16-byte aligned rows); the upload refuses other widths.
 //
-// Decoding is a bit trick, no table: the 7 magnitude bits of an E4M3 code shifted to the top of
-// an f32's exponent/mantissa fields are the same number with exponent bias 127 instead of 7, so
-// one multiply by 2^120 fixes the bias; subnormal codes land on f32 subnormals and the multiply
-// makes them exact normals (no flush: these files build without -ftz). E5M2 is the same with a
-// shift of 21 and 2^112. The one code this maps wrongly is E4M3's NaN (0x7f/0xff -> ±480) and
-// E5M2's inf/NaN (-> finite): checkpoints hold no such weights.
+// Decoding is a bit trick, no table: the 7 magnitude bits of an E4M3 code placed at the top of
+// an f32's exponent/mantissa fields (exponent 0000eeee, mantissa mmm0...) are the same number
+// with exponent bias 127 instead of 7, so one multiply by 2^120 fixes the bias; subnormal codes
+// land on f32 subnormals and the multiply makes them exact normals (no flush: these files build
+// without -ftz). E5M2 is the same with exponent 000eeeee and 2^112. The bits are assembled four
+// codes at a time: one word of sign|high-exponent bytes and one of low-exponent|mantissa bytes
+// (two shifts and masks for 4 codes), then one byte_perm per 2 codes makes the top halves of two
+// f32s (a bf16 pair), unpacked with one shift or mask each: about 3 integer ops per code instead
+// of 6 (at one FMA per weight, the decode's issue slots were the GEMV's limit next to HBM).
+// The one code this maps wrongly is E4M3's NaN (0x7f/0xff -> ±480) and E5M2's inf/NaN
+// (-> finite): checkpoints hold no such weights.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#define FP8_WARPS 4
-#define FP8_ROWS 2
+#define FP8_N1_WARPS 4
+#define FP8_N1_ROWS 4
+#define FP8_NB_WARPS 4
+#define FP8_NB_ROWS 4
+// Floats per 16-column group of the shared activation tile: 16 plus 4 of padding, so the 8 lanes
+// of a quarter-warp reading 16-byte pieces of groups lane*20 hit 8 distinct 4-bank groups.
+#define FP8_XPAD 20
 
+// Four codes of `v` (byte k = code k) -> f[k] = code * 2^-120 (E4M3) or 2^-112 (E5M2), exactly.
 template <int E5M2>
-__device__ __forceinline__ float fp8_to_f32(uint32_t b) {
-    if (E5M2) return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 21)) * 0x1p112f;
-    return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 0x1p120f;
+__device__ __forceinline__ void decode4_raw(uint32_t v, float* f) {
+    uint32_t hi, lo;
+    if (E5M2) {
+        // s eeeee mm -> f32 top 16 bits: s 000 e4e3e2e1 | e0 m1 m0 00000
+        hi = (v & 0x80808080u) | ((v >> 3) & 0x0f0f0f0fu);
+        lo = (v << 5) & 0xe0e0e0e0u;
+    } else {
+        // s eeee mmm -> f32 top 16 bits: s 0000 e3e2e1 | e0 m2m1m0 0000
+        hi = (v & 0x80808080u) | ((v >> 4) & 0x07070707u);
+        lo = (v << 4) & 0xf0f0f0f0u;
+    }
+    const uint32_t p01 = __byte_perm(lo, hi, 0x5140);  // [hi1 lo1 hi0 lo0]
+    const uint32_t p23 = __byte_perm(lo, hi, 0x7362);  // [hi3 lo3 hi2 lo2]
+    f[0] = __uint_as_float(p01 << 16);
+    f[1] = __uint_as_float(p01 & 0xffff0000u);
+    f[2] = __uint_as_float(p23 << 16);
+    f[3] = __uint_as_float(p23 & 0xffff0000u);
 }
 
+// 16 codes -> their exact values (times `mul`, which the caller keeps exact: a power of two).
 template <int E5M2>
 __device__ __forceinline__ void decode16(uint4 q, float* f) {
-    const uint32_t v[4] = {q.x, q.y, q.z, q.w};
+    const float bias = E5M2 ? 0x1p112f : 0x1p120f;
+    decode4_raw<E5M2>(q.x, f);
+    decode4_raw<E5M2>(q.y, f + 4);
+    decode4_raw<E5M2>(q.z, f + 8);
+    decode4_raw<E5M2>(q.w, f + 12);
 #pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) f[4 * i + k] = fp8_to_f32<E5M2>((v[i] >> (8 * k)) & 0xffu);
+    for (int k = 0; k < 16; k++) f[k] *= bias;
 }
 
-template <int E5M2, bool TILED, int M>
-__device__ __forceinline__ void gemv_fp8(const uint8_t* __restrict__ w,
-                                         const float* __restrict__ sc, float tscale,
-                                         const float* __restrict__ x, float* __restrict__ out,
-                                         int rows, int cols, int m) {
+template <int E5M2, bool TILED>
+__device__ __forceinline__ void gemv_fp8_n1(const uint8_t* __restrict__ w,
+                                            const float* __restrict__ sc, float tscale,
+                                            const float* __restrict__ x, float* __restrict__ out,
+                                            int rows, int cols) {
+    constexpr int R = FP8_N1_ROWS;
     const int lane = threadIdx.x & 31;
-    const int row0 = (blockIdx.x * FP8_WARPS + (threadIdx.x >> 5)) * FP8_ROWS;
+    const int row0 = (blockIdx.x * FP8_N1_WARPS + (threadIdx.x >> 5)) * R;
     if (row0 >= rows) return;
     const int nch = cols >> 4;
     const int tcols = (cols + 127) >> 7;
-    float acc[FP8_ROWS][M];
+    float acc[R];
 #pragma unroll
-    for (int r = 0; r < FP8_ROWS; r++)
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    const uint4* wr[R];
+    const float* sr[R];
 #pragma unroll
-        for (int j = 0; j < M; j++) acc[r][j] = 0.f;
-    const uint4* wr[FP8_ROWS];
-    const float* sr[FP8_ROWS];
-#pragma unroll
-    for (int r = 0; r < FP8_ROWS; r++) {
+    for (int r = 0; r < R; r++) {
         // A missing last row re-reads the previous one (never written): no per-load guard.
         const int row = min(row0 + r, rows - 1);
         wr[r] = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
         sr[r] = TILED ? sc + (size_t)(row >> 7) * tcols : nullptr;
     }
-    // U steps per iteration (2 for one activation row): every step's loads issue before any
-    // arithmetic, so a warp keeps U x 2 x 512 weight bytes in flight (decode is bound by HBM
-    // latency x bytes in flight, not by the decode arithmetic).
-    constexpr int U = M == 1 ? 2 : 1;
+    constexpr int U = 2;
     for (int c0 = lane; c0 < nch; c0 += 32 * U) {
-        uint4 q[U][FP8_ROWS];
-        float s[U][FP8_ROWS];
+        uint4 q[U][R];
+        float s[U][R];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = min(c0 + 32 * u, nch - 1);  // past the end: re-read, contribution dropped
 #pragma unroll
-            for (int r = 0; r < FP8_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 q[u][r] = __ldg(wr[r] + c);
                 s[u][r] = TILED ? __ldg(sr[r] + (c >> 3)) : 1.f;
             }
@@ -83,35 +117,131 @@ __device__ __forceinline__ void gemv_fp8(const uint8_t* __restrict__ w,
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
-            if (U > 1 && c >= nch) break;
-            float wf[FP8_ROWS][16];
+            if (c >= nch) break;
+            const float4* xp = reinterpret_cast<const float4*>(x) + c * 4;
+            float xv[16];
 #pragma unroll
-            for (int r = 0; r < FP8_ROWS; r++) decode16<E5M2>(q[u][r], wf[r]);
+            for (int i = 0; i < 4; i++) {
+                const float4 t = __ldg(xp + i);
+                xv[4 * i] = t.x;
+                xv[4 * i + 1] = t.y;
+                xv[4 * i + 2] = t.z;
+                xv[4 * i + 3] = t.w;
+            }
 #pragma unroll
-            for (int j = 0; j < M; j++) {
-                if (M > 1 && j >= m) break;
-                const float4* xp = reinterpret_cast<const float4*>(x + (size_t)j * cols) + c * 4;
-                float xv[16];
+            for (int r = 0; r < R; r++) {
+                float wf[16];
+                decode16<E5M2>(q[u][r], wf);
+                float d = 0.f;
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float4 t = __ldg(xp + i);
-                    xv[4 * i] = t.x;
-                    xv[4 * i + 1] = t.y;
-                    xv[4 * i + 2] = t.z;
-                    xv[4 * i + 3] = t.w;
-                }
-#pragma unroll
-                for (int r = 0; r < FP8_ROWS; r++) {
-                    float d = 0.f;
-#pragma unroll
-                    for (int k = 0; k < 16; k++) d = fmaf(wf[r][k], xv[k], d);
-                    acc[r][j] = TILED ? fmaf(d, s[u][r], acc[r][j]) : acc[r][j] + d;
-                }
+                for (int k = 0; k < 16; k++) d = fmaf(wf[k], xv[k], d);
+                acc[r] = TILED ? fmaf(d, s[u][r], acc[r]) : acc[r] + d;
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < FP8_ROWS; r++)
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (row0 + r >= rows) break;
+            out[row0 + r] = TILED ? acc[r] : acc[r] * tscale;
+        }
+    }
+}
+
+template <int E5M2, bool TILED, int M>
+__device__ __forceinline__ void gemv_fp8_nb(const uint8_t* __restrict__ w,
+                                            const float* __restrict__ sc, float tscale,
+                                            const float* __restrict__ x, float* __restrict__ out,
+                                            int rows, int cols, int m) {
+    constexpr int R = FP8_NB_ROWS;
+    __shared__ __align__(16) float xs[M][32 * FP8_XPAD];
+    const int lane = threadIdx.x & 31;
+    const int row0 = (blockIdx.x * FP8_NB_WARPS + (threadIdx.x >> 5)) * R;
+    const int nch = cols >> 4;
+    const int tcols = (cols + 127) >> 7;
+    const int ntiles = (nch + 31) >> 5;
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < M; j++) acc[r][j] = 0.f;
+    const uint4* wr[R];
+    const float* sr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        // Rows past the end (a whole warp may be past it: it must still reach every barrier)
+        // re-read the last row; their results are never written.
+        const int row = min(row0 + r, rows - 1);
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
+        sr[r] = TILED ? sc + (size_t)(row >> 7) * tcols : nullptr;
+    }
+    uint4 q[R];
+    float s[R];
+    {
+        const int c = min(lane, nch - 1);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            q[r] = __ldg(wr[r] + c);
+            s[r] = TILED ? __ldg(sr[r] + (c >> 3)) : 1.f;
+        }
+    }
+    for (int t = 0; t < ntiles; t++) {
+        __syncthreads();  // every warp is done with the previous tile
+        // Columns [t*512, t*512 + 512) of every activation row; zeros past the end, so the
+        // re-read weights of a partial last tile contribute nothing.
+        for (int i = threadIdx.x; i < m * 128; i += FP8_NB_WARPS * 32) {
+            const int j = i >> 7, g = (i >> 2) & 31, k4 = i & 3;
+            const int c = t * 32 + g;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (c < nch) v = __ldg(reinterpret_cast<const float4*>(x + (size_t)j * cols) + c * 4 + k4);
+            *reinterpret_cast<float4*>(&xs[j][g * FP8_XPAD + k4 * 4]) = v;
+        }
+        __syncthreads();
+        // Decode this tile's weights, then reuse their registers for the next tile's loads,
+        // which stay in flight while this tile is multiplied.
+        float wf[R][16];
+        float scur[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            decode16<E5M2>(q[r], wf[r]);
+            scur[r] = s[r];
+        }
+        {
+            const int c = min((t + 1) * 32 + lane, nch - 1);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                q[r] = __ldg(wr[r] + c);
+                s[r] = TILED ? __ldg(sr[r] + (c >> 3)) : 1.f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < M; j++) {
+            if (j >= m) break;
+            const float4* xp = reinterpret_cast<const float4*>(&xs[j][lane * FP8_XPAD]);
+            float xv[16];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 v = xp[i];
+                xv[4 * i] = v.x;
+                xv[4 * i + 1] = v.y;
+                xv[4 * i + 2] = v.z;
+                xv[4 * i + 3] = v.w;
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float d = 0.f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) d = fmaf(wf[r][k], xv[k], d);
+                acc[r][j] = TILED ? fmaf(d, scur[r], acc[r][j]) : acc[r][j] + d;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < M; j++)
 #pragma unroll
@@ -119,22 +249,39 @@ __device__ __forceinline__ void gemv_fp8(const uint8_t* __restrict__ w,
                 acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], o);
     if (lane == 0) {
 #pragma unroll
-        for (int r = 0; r < FP8_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             if (row0 + r >= rows) break;
 #pragma unroll
             for (int j = 0; j < M; j++) {
-                if (M > 1 && j >= m) break;
+                if (j >= m) break;
                 out[(size_t)j * rows + row0 + r] = TILED ? acc[r][j] : acc[r][j] * tscale;
             }
         }
     }
 }
 
-template <int E5M2, bool TILED>
-__device__ __forceinline__ void dequant_fp8_f16(const uint8_t* __restrict__ w,
-                                                const float* __restrict__ sc,
-                                                __half* __restrict__ out, int cols, int r0,
-                                                int nr) {
+__device__ __forceinline__ void store16(__half* o, const float* f) {
+    uint32_t h[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const __half2 v = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
+        h[k] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+    uint4* p = reinterpret_cast<uint4*>(o);
+    p[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    p[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+__device__ __forceinline__ void store16(float* o, const float* f) {
+    float4* p = reinterpret_cast<float4*>(o);
+#pragma unroll
+    for (int i = 0; i < 4; i++) p[i] = make_float4(f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]);
+}
+
+template <int E5M2, bool TILED, typename T>
+__device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
+                                            const float* __restrict__ sc, T* __restrict__ out,
+                                            int cols, int r0, int nr) {
     const int nch = cols >> 4;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)nr * nch) return;
@@ -143,32 +290,38 @@ __device__ __forceinline__ void dequant_fp8_f16(const uint8_t* __restrict__ w,
     const uint4 q = __ldg(reinterpret_cast<const uint4*>(w + (size_t)r * cols) + c);
     float f[16];
     decode16<E5M2>(q, f);
-    const float s = TILED ? __ldg(sc + (size_t)(r >> 7) * ((cols + 127) >> 7) + (c >> 3)) : 1.f;
-    uint32_t h[8];
+    if (TILED) {
+        // One rounding of code x scale, as the CPU's and transformers' dequantization.
+        const float s = __ldg(sc + (size_t)(r >> 7) * ((cols + 127) >> 7) + (c >> 3));
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const __half2 v = __floats2half2_rn(f[2 * k] * s, f[2 * k + 1] * s);
-        h[k] = *reinterpret_cast<const uint32_t*>(&v);
+        for (int k = 0; k < 16; k++) f[k] *= s;
     }
-    uint4* o = reinterpret_cast<uint4*>(out + (size_t)rl * cols) + 2 * c;
-    o[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    o[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    store16(out + (size_t)rl * cols + 16 * c, f);
 }
 
 #define FP8_KERNELS(name, e5m2, tiled)                                                          \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n1(                    \
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
         int cols, int m) {                                                                      \
-        gemv_fp8<e5m2, tiled, 1>(w, sc, tscale, x, out, rows, cols, m);                        \
+        gemv_fp8_n1<e5m2, tiled>(w, sc, tscale, x, out, rows, cols);                           \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n4(                    \
+        const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
+        int cols, int m) {                                                                      \
+        gemv_fp8_nb<e5m2, tiled, 4>(w, sc, tscale, x, out, rows, cols, m);                     \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n8(                    \
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
         int cols, int m) {                                                                      \
-        gemv_fp8<e5m2, tiled, 8>(w, sc, tscale, x, out, rows, cols, m);                        \
+        gemv_fp8_nb<e5m2, tiled, 8>(w, sc, tscale, x, out, rows, cols, m);                     \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(256) dequant_fp8_##name##_f16(                \
         const uint8_t* w, const float* sc, __half* out, int cols, int r0, int nr) {            \
-        dequant_fp8_f16<e5m2, tiled>(w, sc, out, cols, r0, nr);                                 \
+        dequant_fp8<e5m2, tiled, __half>(w, sc, out, cols, r0, nr);                             \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256) dequant_fp8_##name##_f32(                \
+        const uint8_t* w, const float* sc, float* out, int cols, int r0, int nr) {             \
+        dequant_fp8<e5m2, tiled, float>(w, sc, out, cols, r0, nr);                              \
     }
 
 FP8_KERNELS(e4m3_t, 0, false)

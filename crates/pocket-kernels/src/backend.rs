@@ -276,6 +276,24 @@ pub trait Backend: Send + Sync {
         let _ = (x, out);
         Err(unsupported(self, "silu_mul_halves"))
     }
+
+    // ---- prefill arithmetic mode ------------------------------------------------------------
+
+    /// Selects f32 arithmetic for the prefill GEMM (`true`: same rounding class as the CPU and
+    /// transformers in f32) or the backend's fast default (`false`; CUDA: f16 operands on the
+    /// tensor cores). Reference-parity tests turn it on; on CUDA `POCKET_PREFILL=exact` sets it
+    /// when the backend opens. Backends whose matmul is f32 throughout (the CPU) ignore it.
+    /// On CUDA it changes FP8 weights' prefill; float weights (F32/F16/BF16) always take the f32
+    /// GEMV, and the GGML formats' prefill already rounds activations as the CPU's int8 dot does.
+    fn set_exact_prefill(&self, exact: bool) {
+        let _ = exact;
+    }
+
+    /// Whether the prefill GEMM runs in f32 (see [`Backend::set_exact_prefill`]); default true,
+    /// for backends with no faster mode.
+    fn exact_prefill(&self) -> bool {
+        true
+    }
 }
 
 /// A device's memory as its backend reports it (bytes).

@@ -349,8 +349,8 @@ fn bench_attention_decode() {
 }
 
 /// FP8 E4M3 with 128x128 tile scales (Qwen3.5-27B FP8's layout) at its MLP shapes: the decode
-/// GEMV (n = 1 and 8; bandwidth counts the weight and scale bytes, read once per launch) and the
-/// prefill (512 tokens: dequantize to f16 + cuBLAS).
+/// GEMV (n = 1, 2, 4 and 8; bandwidth counts the weight and scale bytes, read once per launch)
+/// and the prefill (512 tokens: dequantize to f16 + cuBLAS, and the exact f32 mode).
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_fp8_gemv_and_gemm() {
@@ -392,7 +392,7 @@ fn bench_fp8_gemv_and_gemm() {
                 .unwrap()
             })
             .collect();
-        for n in [1usize, 8] {
+        for n in [1usize, 2, 4, 8] {
             let x: Vec<f32> = (0..n * cols)
                 .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
                 .collect();
@@ -418,16 +418,33 @@ fn bench_fp8_gemv_and_gemm() {
             .collect();
         let xt = be.upload_f32(&x, &[n, cols]).unwrap();
         let mut out = be.alloc(DType::F32, &[n, rows]).unwrap();
-        let ms = time_ms(&be, 3, 20, |_| be.matmul(&xt, &ws[0], &mut out).unwrap());
-        let tflops = 2.0 * (n * rows * cols) as f64 / (ms * 1e-3) / 1e12;
-        let line = format!(
-            "gemm {:12} {rows:5}x{cols:5} n={n} {:8.1} us  {:6.1} TFLOP/s (dequant f16 + cuBLAS)",
-            f.name(),
-            ms * 1e3,
-            tflops
-        );
-        println!("{line}");
-        lines.push(line);
+        for (exact, what) in [(false, "dequant f16 + cuBLAS"), (true, "exact: f32 SGEMM")] {
+            be.set_exact_prefill(exact);
+            let ms = time_ms(&be, 3, 20, |_| be.matmul(&xt, &ws[0], &mut out).unwrap());
+            let tflops = 2.0 * (n * rows * cols) as f64 / (ms * 1e-3) / 1e12;
+            let line = format!(
+                "gemm {:12} {rows:5}x{cols:5} n={n} {:8.1} us  {:6.1} TFLOP/s ({what})",
+                f.name(),
+                ms * 1e3,
+                tflops
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+        be.set_exact_prefill(false);
+        // The FP8 path keeps no dequantized copy of a weight: what this process holds is the
+        // FP8 copies, activations and the 64 MiB dequantization chunk (f16 or f32) plus x in f16.
+        if let Some(m) = be.memory_info() {
+            let line = format!(
+                "mem  {:12} {rows:5}x{cols:5} process {:.0} MiB for {copies} FP8 copies of {:.0} MiB (peak {:.0} MiB)",
+                f.name(),
+                m.process_bytes.unwrap_or(0) as f64 / 1048576.0,
+                wbytes as f64 / 1048576.0,
+                m.process_peak_bytes.unwrap_or(0) as f64 / 1048576.0,
+            );
+            println!("{line}");
+            lines.push(line);
+        }
     }
     println!("\n==== summary: FP8 kernels ====");
     for l in lines {

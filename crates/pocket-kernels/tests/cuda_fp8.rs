@@ -1,8 +1,10 @@
 //! CUDA `matmul` over FP8 weights (E4M3/E5M2, 128x128 tile scales or one tensor scale) against
 //! the CPU backend's matmul on the same bytes (whose FP8 path is exact against hand-computed
 //! blocks in pocket-quant's tests), with a float64 dot over pocket-quant's dequantizer giving
-//! each output's error bound. Decode sizes (n <= 8) take the FP8 GEMV, larger ones the f16
-//! tensor-core prefill. Skipped (with a message) where no CUDA device opens.
+//! each output's error bound. Decode sizes (n <= 8) take the FP8 GEMV (variants for 1, 2..4 and
+//! 5..8 rows), larger ones the prefill: the default f16 tensor-core GEMM, and the exact f32 mode
+//! (`Backend::set_exact_prefill`) held to the f32 bound alone. Skipped (with a message) where no
+//! CUDA device opens.
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::{DType, Device, DeviceKind, HostBytes, KernelError};
@@ -53,7 +55,7 @@ fn random_weights(rows: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
 /// * prefill (n > 8) rounds each dequantized weight and each activation to f16: 2^-11 relative
 ///   each, so 2^-10 of Σ|w·x|, plus half the f16 subnormal spacing (2^-25) absolute per rounded
 ///   value that falls below f16's normal range (times the other factor's magnitude).
-fn bound(n: usize, w: &[f32], x: &[f32]) -> f64 {
+fn bound(n: usize, exact: bool, w: &[f32], x: &[f32]) -> f64 {
     let (mut abs, mut sub) = (0f64, 0f64);
     for (a, b) in w.iter().zip(x) {
         let (a, b) = (a.abs() as f64, b.abs() as f64);
@@ -61,7 +63,7 @@ fn bound(n: usize, w: &[f32], x: &[f32]) -> f64 {
         sub += a + b;
     }
     let accum = 1e-5 * abs + 1e-6;
-    if n <= 8 {
+    if n <= 8 || exact {
         accum
     } else {
         abs * 2f64.powi(-10) * 1.01 + sub * 2f64.powi(-25) + accum
@@ -88,9 +90,28 @@ fn par_map(len: usize, f: impl Fn(usize) -> (f64, f64) + Sync) -> Vec<(f64, f64)
 }
 
 fn check(format: QuantFormat, rows: usize, cols: usize, ns: &[usize], seed: u64) -> Vec<String> {
+    check_mode(format, rows, cols, ns, seed, false)
+}
+
+/// `check` with the prefill mode chosen: `exact` selects the f32 prefill GEMM (and the f32-only
+/// bound for every n).
+fn check_mode(
+    format: QuantFormat,
+    rows: usize,
+    cols: usize,
+    ns: &[usize],
+    seed: u64,
+    exact: bool,
+) -> Vec<String> {
     let Some(dev) = cuda() else {
         return Vec::new();
     };
+    dev.set_exact_prefill(exact);
+    assert_eq!(
+        dev.exact_prefill(),
+        exact,
+        "the prefill mode switch is ignored"
+    );
     let cpu = Device::open(DeviceKind::Cpu).unwrap();
     let mut rng = Rng::new(seed);
     let src = random_weights(rows, cols, &mut rng);
@@ -112,6 +133,7 @@ fn check(format: QuantFormat, rows: usize, cols: usize, ns: &[usize], seed: u64)
     };
     let (wg, wc) = (up(&dev), up(&cpu));
     let mut failures = Vec::new();
+    let exact_mode = exact;
     for &n in ns {
         let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
         let xt = dev.upload_f32(&x, &[n, cols]).unwrap();
@@ -129,7 +151,7 @@ fn check(format: QuantFormat, rows: usize, cols: usize, ns: &[usize], seed: u64)
             let (j, r) = (i / rows, i % rows);
             let (wr, xr) = (&deq[r * cols..(r + 1) * cols], &x[j * cols..(j + 1) * cols]);
             let exact: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
-            (exact, bound(n, wr, xr))
+            (exact, bound(n, exact_mode, wr, xr))
         });
         let mut worst = 0f64;
         for (i, &(exact, tol)) in refs.iter().enumerate() {
@@ -143,16 +165,18 @@ fn check(format: QuantFormat, rows: usize, cols: usize, ns: &[usize], seed: u64)
             worst = worst.max(ratio);
             if ratio > 1.0 && failures.len() < 20 {
                 failures.push(format!(
-                    "{} [{rows}x{cols}] n={n} out[{},{}] = {g}, cpu {c} (exact {exact}) ± {tol}",
+                    "{}{} [{rows}x{cols}] n={n} out[{},{}] = {g}, cpu {c} (exact {exact}) ± {tol}",
                     format.name(),
+                    if exact_mode { " (exact prefill)" } else { "" },
                     i / rows,
                     i % rows
                 ));
             }
         }
         eprintln!(
-            "{:13} [{rows:5}x{cols:5}] n={n:3}: worst |gpu - cpu| / bound = {worst:.3}",
-            format.name()
+            "{:13} [{rows:5}x{cols:5}] n={n:3}{}: worst |gpu - cpu| / bound = {worst:.3}",
+            format.name(),
+            if exact_mode { " exact" } else { "" }
         );
     }
     failures
@@ -165,14 +189,14 @@ fn fp8_block128_matches_cpu_at_qwen_shapes() {
         QuantFormat::Fp8E4M3Block128,
         5120,
         17408,
-        &[1, 3, 8, 64, 300],
+        &[1, 2, 3, 4, 5, 8, 64, 300],
         1,
     );
     f.extend(check(
         QuantFormat::Fp8E4M3Block128,
         17408,
         5120,
-        &[1, 8, 64],
+        &[1, 2, 4, 6, 8, 64],
         2,
     ));
     assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
@@ -180,7 +204,7 @@ fn fp8_block128_matches_cpu_at_qwen_shapes() {
 
 #[test]
 fn fp8_partial_tiles_and_other_kinds_match_cpu() {
-    let ns = [1usize, 2, 3, 8, 9, 64, 300];
+    let ns = [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 64, 300];
     let mut f = Vec::new();
     // Rows and columns that are not multiples of 128 (partial tiles on both edges), columns a
     // multiple of 16 (the GPU's load width); rows not a multiple of the GEMV block's 8.
@@ -193,9 +217,16 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
     .iter()
     .enumerate()
     {
-        for (si, &(rows, cols)) in [(200usize, 208usize), (131, 4112), (67, 512)]
-            .iter()
-            .enumerate()
+        // 17 and 1 rows: fewer than one GEMV block (16 rows) and a block with one live warp.
+        for (si, &(rows, cols)) in [
+            (200usize, 208usize),
+            (131, 4112),
+            (67, 512),
+            (17, 1040),
+            (1, 16),
+        ]
+        .iter()
+        .enumerate()
         {
             f.extend(check(
                 format,
@@ -207,6 +238,34 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
         }
     }
     assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
+}
+
+/// The exact prefill mode (f32 dequantization + SGEMM, what the transformers-parity tests use on
+/// CUDA) is within the f32 bound for prefill sizes too, where the default f16 path is held only
+/// to the f16 one; partial tiles, per-tensor scales and a 27B shape included.
+#[test]
+fn fp8_exact_prefill_matches_cpu_to_f32_rounding() {
+    let mut f = Vec::new();
+    for (format, rows, cols, ns, seed) in [
+        (
+            QuantFormat::Fp8E4M3Block128,
+            200usize,
+            208usize,
+            &[9usize, 64, 300][..],
+            40u64,
+        ),
+        (QuantFormat::Fp8E5M2Block128, 131, 4112, &[9, 64, 300], 41),
+        (QuantFormat::Fp8E4M3, 67, 512, &[9, 300], 42),
+        (QuantFormat::Fp8E5M2, 200, 208, &[9, 300], 43),
+        (QuantFormat::Fp8E4M3Block128, 5120, 17408, &[64], 44),
+    ] {
+        f.extend(check_mode(format, rows, cols, ns, seed, true));
+    }
+    assert!(
+        f.is_empty(),
+        "FP8 exact-prefill mismatches:\n{}",
+        f.join("\n")
+    );
 }
 
 #[test]
@@ -256,7 +315,8 @@ fn fp8_bad_shapes_are_typed_errors() {
 
 /// Every finite code of both FP8 formats decodes exactly: row `r` of a 256x256 weight holds code
 /// `r` (NaN and infinity codes replaced by 0), x is a one-hot row, and the scales are powers of
-/// two, so every path (GEMV, f16 prefill) must reproduce the CPU's table value exactly.
+/// two, so every path (GEMV variants, f16 and exact prefill) must reproduce the CPU's table value
+/// exactly.
 #[test]
 fn fp8_every_code_decodes_exactly() {
     let Some(dev) = cuda() else {
@@ -305,7 +365,15 @@ fn fp8_every_code_decodes_exactly() {
             .unwrap()
         };
         let (wg, wc) = (up(&dev), up(&cpu));
-        for n in [1usize, 8, 9] {
+        for (n, exact) in [
+            (1usize, false),
+            (2, false),
+            (5, false),
+            (8, false),
+            (9, false),
+            (9, true),
+        ] {
+            dev.set_exact_prefill(exact);
             // Row j is one-hot at column 7 + 16 j (inside the first tile column for j < 8).
             let mut x = vec![0f32; n * cols];
             for j in 0..n {

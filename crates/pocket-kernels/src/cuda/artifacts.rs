@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "ff139594655a9a4a3a444238121424b06f9351a29d23f00e8cc4e0e90b9f5a4b";
+    "9f2fd48d62d590648dd4a08c80312422c305568e117d1ef7641f9bb2fa7dfd1d";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,15 +8,31 @@
 //!
 //! Decode (n <= 8 rows) runs `gemv_fp8_*` (kernels/gemv_fp8.cu): 16-byte weight loads, f32
 //! activations and accumulation, so it reads 1 byte per weight and is exact up to f32 rounding.
+//! One row of activations takes the `n1` kernel; 2..4 and 5..8 rows the `n4`/`n8` kernels, which
+//! stage x in shared memory so every weight byte is read and decoded once for all rows.
 //!
-//! Prefill dequantizes row chunks of W to f16 (tile scale folded in) and multiplies on the tensor
-//! cores through cuBLAS, like the GGML formats' prefill in `matmul.rs`. This is the measured first
-//! step the task allowed: cuBLAS picks the best f16 kernel for every GPU from Turing on (no
-//! `mma.sync` of ours to guard by arch, the compute_75 PTX stays loadable), and the extra traffic
-//! of the f16 scratch (write 2 + read 2 bytes per weight per chunk) is small next to the GEMM's
-//! arithmetic at prefill batch sizes. The f16 scratch holds code x tile scale, which for real
-//! checkpoints is the weight itself (scale = tile amax / largest code), far inside f16's range. A fused FP8-tile GEMM (dequantize into shared memory before
-//! `mma.sync`, or Hopper's native FP8 `wgmma`) is the next step if the prefill profile asks.
+//! Prefill dequantizes row chunks of W (tile scale folded in) and multiplies through cuBLAS:
+//! * fast (default): W and x in f16 on the tensor cores, f32 accumulation, like the GGML formats'
+//!   prefill in `matmul.rs`. cuBLAS picks the best f16 kernel for every GPU from Turing on (no
+//!   `mma.sync` of ours to guard by arch, the compute_75 PTX stays loadable), and the scratch
+//!   traffic (write 2 + read 2 bytes per weight per chunk) is small next to the GEMM's arithmetic
+//!   at prefill batch sizes. The f16 scratch holds code x tile scale, which for real checkpoints
+//!   is the weight itself (scale = tile amax / largest code), far inside f16's range. The two
+//!   f16 roundings (2^-11 relative each) bound the error at 2^-10 of Σ|w·x|: on a real model's
+//!   logits that is ~5e-3, above the 1e-3 of the transformers-parity tests.
+//! * exact ([`crate::Backend::set_exact_prefill`], `POCKET_PREFILL=exact`): W dequantized to f32
+//!   (one rounding of code x scale, as the CPU and transformers dequantize) and an SGEMM with
+//!   `CUBLAS_COMPUTE_32F_PEDANTIC`, so no TF32 even where the math mode or
+//!   `NVIDIA_TF32_OVERRIDE` would allow it: TF32 keeps 10 mantissa bits per operand, the same
+//!   2^-11 relative rounding as f16, so it would not close the gap. What is left is f32
+//!   summation order, as on the CPU. ~4x the scratch traffic and no tensor cores: for tests and
+//!   reference runs, not serving.
+//!
+//! Chunks are whole multiples of 128 rows: each cuBLAS call writes its output at a 512-byte
+//! aligned column offset with an aligned row count (an odd chunk such as 6553 rows of a
+//! 5120-column weight made cuBLAS fall back to slow unaligned kernels: 91 against 365 TFLOP/s).
+//! A fused FP8-tile GEMM (dequantize into shared memory before `mma.sync`, or Hopper's native
+//! FP8 `wgmma`) is the next step if the prefill profile asks.
 
 use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
 use pocket_quant::QuantFormat;
@@ -28,10 +44,15 @@ use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 
-/// Weight rows one GEMV block covers (4 warps x 2 rows, kernels/gemv_fp8.cu).
-const GEMV_BLOCK_ROWS: usize = 8;
-/// Elements of dequantized f16 weight per cuBLAS chunk (64 MiB), as in `matmul.rs`.
-const W16_CHUNK_ELEMS: usize = 32 << 20;
+/// Weight rows one GEMV block covers (4 warps x 4 rows, every variant in kernels/gemv_fp8.cu).
+const GEMV_BLOCK_ROWS: usize = 16;
+/// Threads per GEMV block (4 warps).
+const GEMV_BLOCK_THREADS: u32 = 128;
+/// Bytes of dequantized weight per cuBLAS chunk (64 MiB: 32M f16 or 16M f32 weights), so the
+/// FP8 path never holds a wider copy of a whole matrix.
+const W_CHUNK_BYTES: usize = 64 << 20;
+/// Chunks are whole multiples of this many rows (aligned cuBLAS output offsets and shapes).
+const CHUNK_ROW_ALIGN: usize = 128;
 
 /// An FP8 weight format the GPU reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,13 +77,37 @@ impl Fp8Kind {
     }
 }
 
+/// Which GEMV variant serves a number of activation rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemvRows {
+    /// Exactly one row (`_n1`).
+    One,
+    /// 2..4 rows (`_n4`, x staged in shared memory).
+    Four,
+    /// 5..8 rows (`_n8`, x staged in shared memory).
+    Eight,
+}
+
+impl GemvRows {
+    /// The variant for `m` activation rows (`1..=8`).
+    pub fn for_rows(m: usize) -> GemvRows {
+        match m {
+            0 | 1 => GemvRows::One,
+            2..=4 => GemvRows::Four,
+            _ => GemvRows::Eight,
+        }
+    }
+}
+
 /// The kernels of `kernels/gemv_fp8.cu`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fp8Kernel {
-    /// Decode GEMV; `n8` serves 1..8 activation rows, else exactly one.
-    Gemv(Fp8Kind, bool),
-    /// Rows of W to f16 for the prefill GEMM.
+    /// Decode GEMV for a number of activation rows.
+    Gemv(Fp8Kind, GemvRows),
+    /// Rows of W to f16 for the fast prefill GEMM.
     DequantF16(Fp8Kind),
+    /// Rows of W to f32 for the exact prefill GEMM.
+    DequantF32(Fp8Kind),
 }
 
 impl Fp8Kernel {
@@ -70,21 +115,34 @@ impl Fp8Kernel {
     pub fn symbol(self) -> &'static str {
         use Fp8Kernel as K;
         match self {
-            K::Gemv(f, n8) => match (f.e5m2, f.tiled, n8) {
-                (false, false, false) => "gemv_fp8_e4m3_t_n1",
-                (false, true, false) => "gemv_fp8_e4m3_b_n1",
-                (true, false, false) => "gemv_fp8_e5m2_t_n1",
-                (true, true, false) => "gemv_fp8_e5m2_b_n1",
-                (false, false, true) => "gemv_fp8_e4m3_t_n8",
-                (false, true, true) => "gemv_fp8_e4m3_b_n8",
-                (true, false, true) => "gemv_fp8_e5m2_t_n8",
-                (true, true, true) => "gemv_fp8_e5m2_b_n8",
-            },
+            K::Gemv(f, n) => {
+                use GemvRows::{Eight, Four, One};
+                match (f.e5m2, f.tiled, n) {
+                    (false, false, One) => "gemv_fp8_e4m3_t_n1",
+                    (false, true, One) => "gemv_fp8_e4m3_b_n1",
+                    (true, false, One) => "gemv_fp8_e5m2_t_n1",
+                    (true, true, One) => "gemv_fp8_e5m2_b_n1",
+                    (false, false, Four) => "gemv_fp8_e4m3_t_n4",
+                    (false, true, Four) => "gemv_fp8_e4m3_b_n4",
+                    (true, false, Four) => "gemv_fp8_e5m2_t_n4",
+                    (true, true, Four) => "gemv_fp8_e5m2_b_n4",
+                    (false, false, Eight) => "gemv_fp8_e4m3_t_n8",
+                    (false, true, Eight) => "gemv_fp8_e4m3_b_n8",
+                    (true, false, Eight) => "gemv_fp8_e5m2_t_n8",
+                    (true, true, Eight) => "gemv_fp8_e5m2_b_n8",
+                }
+            }
             K::DequantF16(f) => match (f.e5m2, f.tiled) {
                 (false, false) => "dequant_fp8_e4m3_t_f16",
                 (false, true) => "dequant_fp8_e4m3_b_f16",
                 (true, false) => "dequant_fp8_e5m2_t_f16",
                 (true, true) => "dequant_fp8_e5m2_b_f16",
+            },
+            K::DequantF32(f) => match (f.e5m2, f.tiled) {
+                (false, false) => "dequant_fp8_e4m3_t_f32",
+                (false, true) => "dequant_fp8_e4m3_b_f32",
+                (true, false) => "dequant_fp8_e5m2_t_f32",
+                (true, true) => "dequant_fp8_e5m2_b_f32",
             },
         }
     }
@@ -231,9 +289,9 @@ pub(crate) fn gemv(
 ) -> Result<()> {
     be.launch(
         "matmul",
-        Kernel::Fp8(Fp8Kernel::Gemv(kind, m > 1)),
+        Kernel::Fp8(Fp8Kernel::Gemv(kind, GemvRows::for_rows(m))),
         (rows.div_ceil(GEMV_BLOCK_ROWS) as u32, 1, 1),
-        128,
+        GEMV_BLOCK_THREADS,
         args![
             w,
             scales,
@@ -247,8 +305,17 @@ pub(crate) fn gemv(
     )
 }
 
-/// Prefill: W dequantized to f16 in row chunks, the product through cuBLAS (f16 inputs, f32
-/// accumulation and output; the per-tensor scale is the GEMM's alpha).
+/// Rows per dequantization chunk: as many as fit `W_CHUNK_BYTES` at `elem_bytes` per weight,
+/// rounded down to a multiple of `CHUNK_ROW_ALIGN` (at least one such multiple), at most `rows`.
+fn chunk_rows(rows: usize, cols: usize, elem_bytes: usize) -> usize {
+    let fit = W_CHUNK_BYTES / (cols * elem_bytes);
+    (fit / CHUNK_ROW_ALIGN * CHUNK_ROW_ALIGN)
+        .max(CHUNK_ROW_ALIGN)
+        .min(rows)
+}
+
+/// Prefill: W dequantized in row chunks (f16, or f32 in the exact mode), the product through
+/// cuBLAS (f32 accumulation and output; the per-tensor scale is the GEMM's alpha).
 #[allow(clippy::too_many_arguments)]
 fn gemm(
     be: &CudaBackend,
@@ -263,21 +330,43 @@ fn gemm(
     n: usize,
 ) -> Result<()> {
     const OP: &str = "matmul";
-    let chunk_rows = (W16_CHUNK_ELEMS / cols).clamp(1, rows);
+    let exact = crate::Backend::exact_prefill(be);
+    let (elem_bytes, dequant, ty, compute) = if exact {
+        (
+            4,
+            Fp8Kernel::DequantF32(kind),
+            bsys::cudaDataType::CUDA_R_32F,
+            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
+        )
+    } else {
+        (
+            2,
+            Fp8Kernel::DequantF16(kind),
+            bsys::cudaDataType::CUDA_R_16F,
+            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        )
+    };
+    let chunk_rows = chunk_rows(rows, cols, elem_bytes);
     let mut scratch = be
         .scratch
         .lock()
         .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
-    let w16 = Scratch::get(&mut scratch.w16, &be.pool, chunk_rows * cols * 2)?;
-    let x16 = Scratch::get(&mut scratch.x16, &be.pool, n * cols * 2)?;
-    let total = n * cols;
-    be.launch(
-        OP,
-        Kernel::F32ToF16,
-        (total.div_ceil(256) as u32, 1, 1),
-        256,
-        args![x, x16, total as u64],
-    )?;
+    let wc = Scratch::get(&mut scratch.w16, &be.pool, chunk_rows * cols * elem_bytes)?;
+    // The exact mode multiplies the f32 activations as they are.
+    let xg = if exact {
+        x
+    } else {
+        let x16 = Scratch::get(&mut scratch.x16, &be.pool, n * cols * 2)?;
+        let total = n * cols;
+        be.launch(
+            OP,
+            Kernel::F32ToF16,
+            (total.div_ceil(256) as u32, 1, 1),
+            256,
+            args![x, x16, total as u64],
+        )?;
+        x16
+    };
     let mut blas_guard = be
         .blas
         .lock()
@@ -299,12 +388,12 @@ fn gemm(
         let chunks = nr * cols / 16;
         be.launch(
             OP,
-            Kernel::Fp8(Fp8Kernel::DequantF16(kind)),
+            Kernel::Fp8(dequant),
             (chunks.div_ceil(256) as u32, 1, 1),
             256,
-            args![w, scales, w16, cols as i32, r0 as i32, nr as i32],
+            args![w, scales, wc, cols as i32, r0 as i32, nr as i32],
         )?;
-        // Column-major view: C[nr, n] (ld rows) = W16[cols, nr]ᵀ · X16[cols, n].
+        // Column-major view: C[nr, n] (ld rows) = Wc[cols, nr]ᵀ · X[cols, n].
         unsafe {
             blas::gemm_ex(
                 handle,
@@ -314,17 +403,17 @@ fn gemm(
                 n as i32,
                 cols as i32,
                 &alpha as *const f32 as *const _,
-                w16 as *const _,
-                bsys::cudaDataType::CUDA_R_16F,
+                wc as *const _,
+                ty,
                 cols as i32,
-                x16 as *const _,
-                bsys::cudaDataType::CUDA_R_16F,
+                xg as *const _,
+                ty,
                 cols as i32,
                 &beta as *const f32 as *const _,
                 (out + (r0 * 4) as u64) as *mut _,
                 bsys::cudaDataType::CUDA_R_32F,
                 rows as i32,
-                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                compute,
                 bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
@@ -334,4 +423,32 @@ fn gemm(
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_aligned_and_bounded() {
+        // 27B shapes: f16 chunks of 6528 rows (not 6553) of 5120 columns, 1920 of 17408.
+        assert_eq!(chunk_rows(17408, 5120, 2), 6528);
+        assert_eq!(chunk_rows(5120, 17408, 2), 1920);
+        assert_eq!(chunk_rows(5120, 17408, 4), 896);
+        // Small matrices: one chunk of all rows.
+        assert_eq!(chunk_rows(200, 208, 2), 200);
+        // Very wide rows: at least one aligned group, even past the byte budget.
+        assert_eq!(chunk_rows(1000, 1 << 20, 4), 128);
+        for (r, c, b) in [(17408, 5120, 2), (5120, 17408, 4), (151936, 5120, 2)] {
+            let k = chunk_rows(r, c, b);
+            assert!(k.is_multiple_of(CHUNK_ROW_ALIGN) && k * c * b <= W_CHUNK_BYTES);
+        }
+    }
+
+    #[test]
+    fn gemv_variant_by_rows() {
+        let v: Vec<GemvRows> = (1..=8).map(GemvRows::for_rows).collect();
+        use GemvRows::{Eight, Four, One};
+        assert_eq!(v, [One, Four, Four, Four, Eight, Eight, Eight, Eight]);
+    }
 }

@@ -22,9 +22,9 @@ mod matmul;
 mod matmul_fp8;
 pub mod memory;
 mod ops;
+mod recurrent;
 mod sample;
 mod split;
-mod recurrent;
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -93,6 +93,9 @@ pub struct CudaBackend {
     /// Every op other than `matmul` clears it, since any of them may write that input or
     /// allocate over its freed block.
     q8_cache: Mutex<Option<(u64, usize, usize)>>,
+    /// Prefill GEMM in f32 (SGEMM on an f32 dequantization) instead of f16 on the tensor cores:
+    /// [`Backend::set_exact_prefill`], or `POCKET_PREFILL=exact` at open.
+    exact_prefill: std::sync::atomic::AtomicBool,
 }
 
 impl CudaBackend {
@@ -148,6 +151,9 @@ impl CudaBackend {
             q8_cache: Mutex::new(None),
             fused_gemv: std::sync::atomic::AtomicBool::new(
                 std::env::var("POCKET_GEMV").is_ok_and(|v| v == "fused"),
+            ),
+            exact_prefill: std::sync::atomic::AtomicBool::new(
+                std::env::var("POCKET_PREFILL").is_ok_and(|v| v == "exact"),
             ),
         })
     }
@@ -647,6 +653,16 @@ impl Backend for CudaBackend {
 
     fn supports_graphs(&self) -> bool {
         true
+    }
+
+    fn set_exact_prefill(&self, exact: bool) {
+        self.exact_prefill
+            .store(exact, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn exact_prefill(&self) -> bool {
+        self.exact_prefill
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn begin_graph_capture(&self) -> Result<()> {
