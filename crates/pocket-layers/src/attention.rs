@@ -1,6 +1,7 @@
 //! The GQA self-attention block: Q/K/V projections (optional bias), optional per-head QK-norm,
 //! RoPE, the paged-cache write, attention, an optional sigmoid output gate (Qwen3.5/Qwen3-Next:
-//! the query projection yields `[query | gate]` per head) and the output projection.
+//! the query projection yields `[query | gate]` per head) and the output projection. Q, K and V
+//! may be one stacked weight whose output row `[q | k | v]` is split into the three.
 
 use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::{AttentionParams, Device, Tensor};
@@ -9,15 +10,51 @@ use crate::batch::BatchTensors;
 use crate::scratch::{fit, view, workspace};
 use crate::{KvCache, LayerError, Linear, Result, RmsNorm};
 
+/// The Q, K and V projections of an attention layer.
+// One per layer, built once at load: the size of the separate variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum QkvProj {
+    /// Three weights.
+    Separate {
+        /// `[heads * head_dim, hidden]`, or `[heads * 2 * head_dim, hidden]` with an output gate
+        /// (per head, `head_dim` query rows then `head_dim` gate rows).
+        q: Linear,
+        /// `[kv_heads * head_dim, hidden]`.
+        k: Linear,
+        /// `[kv_heads * head_dim, hidden]`.
+        v: Linear,
+    },
+    /// One weight, the rows of q, k and v stacked (`[q_rows + 2 * kv_heads * head_dim, hidden]`,
+    /// biases stacked alike): one GEMV, its output row `[q | k | v]` split by `split_columns`.
+    Fused(Linear),
+}
+
+impl QkvProj {
+    /// Output features of q, k and v.
+    pub fn out_features(&self, q_rows: usize, kv_rows: usize) -> (usize, usize, usize) {
+        match self {
+            QkvProj::Separate { q, k, v } => (q.out_features(), k.out_features(), v.out_features()),
+            // A stacked weight has the right total or fails validation; its parts are by layout.
+            QkvProj::Fused(w) if w.out_features() == q_rows + 2 * kv_rows => {
+                (q_rows, kv_rows, kv_rows)
+            }
+            QkvProj::Fused(w) => (w.out_features(), 0, 0),
+        }
+    }
+
+    /// Input features (all three read the same input).
+    pub fn in_features(&self) -> (usize, usize, usize) {
+        match self {
+            QkvProj::Separate { q, k, v } => (q.in_features(), k.in_features(), v.in_features()),
+            QkvProj::Fused(w) => (w.in_features(), w.in_features(), w.in_features()),
+        }
+    }
+}
+
 /// One attention layer.
 pub struct Attention {
-    /// `[heads * head_dim, hidden]`, or `[heads * 2 * head_dim, hidden]` with an output gate
-    /// (per head, `head_dim` query rows then `head_dim` gate rows).
-    pub q: Linear,
-    /// `[kv_heads * head_dim, hidden]`.
-    pub k: Linear,
-    /// `[kv_heads * head_dim, hidden]`.
-    pub v: Linear,
+    /// The Q, K and V projections.
+    pub qkv: QkvProj,
     /// `[hidden, heads * head_dim]`.
     pub o: Linear,
     /// Per-head RMSNorm of the queries (Qwen3), applied before RoPE.
@@ -37,6 +74,9 @@ pub struct Attention {
 pub struct AttentionScratch {
     /// `[query | gate]` rows and the split-off gates, for gated layers only.
     gated: Option<(Tensor, Tensor)>,
+    /// The `[q | k | v]` output of a stacked projection (`[query | gate]` rows in place of q for
+    /// gated layers; allocated up front so a graph-captured step never allocates).
+    fused: Tensor,
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -50,6 +90,7 @@ impl AttentionScratch {
         let (qw, kw) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         Ok(AttentionScratch {
             gated: None,
+            fused: workspace(dev, rows, qw + 2 * kw)?,
             q: workspace(dev, rows, qw)?,
             k: workspace(dev, rows, kw)?,
             v: workspace(dev, rows, kw)?,
@@ -63,6 +104,7 @@ impl AttentionScratch {
         let qw = p.num_heads * p.head_dim;
         let mut s = Self::new(dev, rows, p)?;
         s.gated = Some((workspace(dev, rows, 2 * qw)?, workspace(dev, rows, qw)?));
+        s.fused = workspace(dev, rows, 2 * qw + 2 * p.num_kv_heads * p.head_dim)?;
         Ok(s)
     }
 }
@@ -73,9 +115,13 @@ impl Attention {
         let p = &self.params;
         let (qw, kw) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         let q_rows = if self.output_gate { 2 * qw } else { qw };
-        let ok = self.q.out_features() == q_rows
-            && self.k.out_features() == kw
-            && self.v.out_features() == kw
+        let (qo, ko, vo) = self.qkv.out_features(q_rows, kw);
+        let (qi, ki, vi) = self.qkv.in_features();
+        let ok = qo == q_rows
+            && ko == kw
+            && vo == kw
+            && qi == ki
+            && ki == vi
             && self.o.in_features() == qw
             && p.num_kv_heads > 0
             && p.num_heads.is_multiple_of(p.num_kv_heads)
@@ -85,9 +131,9 @@ impl Attention {
             return Err(LayerError::Shape(format!(
                 "attention layer {}: projections q {} k {} v {} o {} do not fit {p:?}",
                 self.cache_layer,
-                self.q.out_features(),
-                self.k.out_features(),
-                self.v.out_features(),
+                qo,
+                ko,
+                vo,
                 self.o.in_features()
             )));
         }
@@ -117,6 +163,14 @@ impl Attention {
             view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
             fit(dev, t, n)?;
         }
+        let q_rows = if self.output_gate { 2 * h * hd } else { h * hd };
+        if let QkvProj::Fused(w) = &self.qkv {
+            let width = q_rows + 2 * kvh * hd;
+            let fused = &mut s.fused;
+            view(fused, &[fused.capacity() / width, width])?;
+            fit(dev, fused, n)?;
+            w.forward(dev, x, fused)?;
+        }
         if self.output_gate {
             let Some((qg, gate)) = s.gated.as_mut() else {
                 return Err(LayerError::Shape(format!(
@@ -128,17 +182,15 @@ impl Attention {
             fit(dev, qg, n)?;
             view(gate, &[gate.capacity() / (h * hd), h * hd])?;
             fit(dev, gate, n)?;
-            self.q.forward(dev, x, qg)?;
+            self.project(dev, x, qg, &mut s.k, &mut s.v, &s.fused)?;
             // Each head's row is [query | gate]: split them.
             view(qg, &[n * h, 2 * hd])?;
             view(&mut s.q, &[n * h, hd])?;
             view(gate, &[n * h, hd])?;
             dev.split_halves(qg, &mut s.q, gate)?;
         } else {
-            self.q.forward(dev, x, &mut s.q)?;
+            self.project(dev, x, &mut s.q, &mut s.k, &mut s.v, &s.fused)?;
         }
-        self.k.forward(dev, x, &mut s.k)?;
-        self.v.forward(dev, x, &mut s.v)?;
         if let Some(norm) = &self.q_norm {
             view(&mut s.q, &[n * h, hd])?;
             view(&mut s.normed, &[n * h, hd])?;
@@ -166,5 +218,30 @@ impl Attention {
             dev.sigmoid_mul(&mut s.out, gate)?;
         }
         self.o.forward(dev, &s.out, out)
+    }
+
+    /// Writes the q (or `[query | gate]`), k and v rows of `x`: three GEMVs, or the column split
+    /// of the stacked projection's output `fused` (already computed by the caller).
+    fn project(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        q: &mut Tensor,
+        k: &mut Tensor,
+        v: &mut Tensor,
+        fused: &Tensor,
+    ) -> Result<()> {
+        match &self.qkv {
+            QkvProj::Separate {
+                q: wq,
+                k: wk,
+                v: wv,
+            } => {
+                wq.forward(dev, x, q)?;
+                wk.forward(dev, x, k)?;
+                wv.forward(dev, x, v)
+            }
+            QkvProj::Fused(_) => Ok(dev.split_columns(fused, &mut [q, k, v])?),
+        }
     }
 }

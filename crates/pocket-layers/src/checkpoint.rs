@@ -107,6 +107,73 @@ impl TensorSource {
             .upload_weight(format, rows, cols, bytes, scales, None)?)
     }
 
+    /// Several `[rows_i, cols]` matrices stacked row-wise into one `[sum rows_i, cols]` weight
+    /// (a model's Q, K and V, or gate and up, which read one input: one GEMV instead of several),
+    /// or `None` where they cannot be stacked byte-wise: differing formats, or FP8 128x128 tiles
+    /// whose row counts (all but the last) are not multiples of 128. Every GGML format stores rows
+    /// independently, so the stack is the parts' bytes one after another. The stacked bytes are
+    /// a host copy that lives only until the upload returns on a device that copies (CUDA); on
+    /// the CPU the weight would keep that copy instead of borrowing the mapped file, so callers
+    /// stack only where it pays (see [`crate::linear::stack_projections`]).
+    pub fn stacked_weight(&self, parts: &[(&str, usize)], cols: usize) -> Result<Option<Weight>> {
+        let mut views = Vec::with_capacity(parts.len());
+        for &(name, rows) in parts {
+            let v = self.view(name)?;
+            if v.shape != [rows, cols] {
+                return Err(LayerError::Checkpoint(format!(
+                    "`{name}` has shape {:?}, expected [{rows}, {cols}]",
+                    v.shape
+                )));
+            }
+            views.push(v);
+        }
+        let Some(first) = views.first() else {
+            return Ok(None);
+        };
+        if views.iter().any(|v| v.format != first.format) {
+            return Ok(None);
+        }
+        let rows: usize = parts.iter().map(|p| p.1).sum();
+        let data: Vec<u8> = views.iter().flat_map(|v| v.data.iter().copied()).collect();
+        let (format, scales) = match first.format {
+            TensorFormat::Ggml(t) => (QuantFormat::Ggml(t), None),
+            TensorFormat::F8E4M3 => {
+                // Tile rows stack only if no tile straddles two parts.
+                let last = parts.len() - 1;
+                if parts[..last].iter().any(|p| !p.1.is_multiple_of(128)) {
+                    return Ok(None);
+                }
+                let mut s = Vec::new();
+                for (v, &(name, r)) in views.iter().zip(parts) {
+                    s.extend_from_slice(fp8_tile_scales(name, v, r, cols)?.as_slice());
+                }
+                (QuantFormat::Fp8E4M3Block128, Some(HostBytes::from_vec(s)))
+            }
+            other => {
+                return Err(LayerError::Checkpoint(format!(
+                    "`{}`: format {other:?} is not supported",
+                    parts[0].0
+                )))
+            }
+        };
+        let bytes = HostBytes::from_vec(data);
+        Ok(Some(
+            self.dev
+                .upload_weight(format, rows, cols, bytes, scales, None)?,
+        ))
+    }
+
+    /// Several vectors (biases of stacked projections) concatenated and uploaded as one f32
+    /// vector.
+    pub fn stacked_vector(&self, parts: &[(&str, usize)]) -> Result<Tensor> {
+        let mut v = Vec::new();
+        for &(name, len) in parts {
+            v.extend(self.values(name, len)?);
+        }
+        let len = v.len();
+        Ok(self.dev.upload_f32(&v, &[len])?)
+    }
+
     /// A small tensor (norm scale, bias, conv taps, per-head vector) of `len` elements as host
     /// f32, whatever float or block format it is stored in.
     pub fn values(&self, name: &str, len: usize) -> Result<Vec<f32>> {

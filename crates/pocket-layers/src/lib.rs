@@ -18,14 +18,14 @@ pub mod norm;
 pub mod scratch;
 pub mod state_cache;
 
-pub use attention::{Attention, AttentionScratch};
+pub use attention::{Attention, AttentionScratch, QkvProj};
 pub use batch::{BatchPlan, BatchTensors, SeqId};
 pub use checkpoint::TensorSource;
 pub use deltanet::{DeltaNetScratch, GatedDeltaNet};
 pub use error::{LayerError, Result};
 pub use kv_cache::{KvCache, KvCacheConfig};
-pub use linear::Linear;
-pub use mlp::{Mlp, MlpScratch};
+pub use linear::{stack_projections, Linear};
+pub use mlp::{GateUp, Mlp, MlpScratch};
 pub use model::{Model, ModelInfo};
 pub use norm::RmsNorm;
 pub use state_cache::{StateBatch, StateCache, StateCacheConfig, StatePlan};

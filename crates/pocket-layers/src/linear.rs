@@ -1,7 +1,7 @@
 //! `Linear`: `y = x · Wᵀ (+ b)`, the one seam through which every weight format and device is
 //! reached (and, later, where a weight is split across devices).
 
-use pocket_kernels::{Device, Tensor, Weight};
+use pocket_kernels::{Device, DeviceKind, Tensor, Weight};
 
 use crate::{LayerError, Result};
 
@@ -45,5 +45,22 @@ impl Linear {
             dev.add_bias(out, b)?;
         }
         Ok(())
+    }
+}
+
+/// Whether models stack the projections that read one input (Q/K/V; gate/up) into one weight on
+/// `dev`: one GEMV instead of three (two) per layer, each bigger and so nearer the memory
+/// bandwidth (small decode GEMVs are launch- and latency-bound on a GPU).
+///
+/// On by default on CUDA, where weights are copied to the device anyway. Off on the CPU: there a
+/// weight is a zero-copy window of the mapped checkpoint, and stacking would copy most of the
+/// model (Q/K/V and gate/up are ~80% of a dense model's bytes) into anonymous memory, costing
+/// load time and resident memory, for a CPU matmul that already streams each weight once per
+/// call. `POCKET_FUSED_PROJ=1` (or `=0`) forces it on (off) on any device, for A/B runs.
+pub fn stack_projections(dev: &Device) -> bool {
+    match std::env::var("POCKET_FUSED_PROJ").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => !matches!(dev.kind(), DeviceKind::Cpu),
     }
 }

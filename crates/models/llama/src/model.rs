@@ -8,8 +8,8 @@ use pocket_kernels::{AttentionParams, Device, Tensor, Weight};
 use pocket_layers::model::DECODE_GRAPH_MAX_SEQS;
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
-    Attention, AttentionScratch, BatchPlan, BatchTensors, KvCache, LayerError, Linear, Mlp,
-    MlpScratch, Model, ModelInfo, Result, RmsNorm,
+    stack_projections, Attention, AttentionScratch, BatchPlan, BatchTensors, GateUp, KvCache,
+    LayerError, Linear, Mlp, MlpScratch, Model, ModelInfo, QkvProj, Result, RmsNorm,
 };
 
 use crate::config::LlamaConfig;
@@ -66,8 +66,20 @@ pub struct LlamaModel {
 
 impl LlamaModel {
     /// Loads a model of the family from a GGUF file or a safetensors checkpoint with its
-    /// `config.json`, placing the weights on `dev`.
+    /// `config.json`, placing the weights on `dev`. Q/K/V and gate/up are stacked into one
+    /// weight each where [`stack_projections`] says it pays on `dev` (CUDA).
     pub fn load(store: Arc<TensorStore>, dev: &Device, opts: LoadOptions) -> Result<LlamaModel> {
+        Self::load_with_stacking(store, dev, opts, stack_projections(dev))
+    }
+
+    /// [`LlamaModel::load`] with the stacking of Q/K/V and gate/up chosen by the caller (`stack`;
+    /// parts that cannot be stacked byte-wise stay separate either way).
+    pub fn load_with_stacking(
+        store: Arc<TensorStore>,
+        dev: &Device,
+        opts: LoadOptions,
+        stack: bool,
+    ) -> Result<LlamaModel> {
         let ld = Loader::new(store.clone(), dev.clone());
         let (embed_name, norm_name, out_name) = ld.global_names();
         let config = match store.metadata() {
@@ -113,12 +125,46 @@ impl LlamaModel {
             };
             Linear::new(w, b)
         };
+        // Rows of several parts stacked into one weight (biases alike), or `None` if their
+        // formats differ or their tiles do not stack.
+        let stacked = |l, parts: &[(Part, usize)], cols, bias: bool| -> Result<Option<Linear>> {
+            if !stack {
+                return Ok(None);
+            }
+            let names: Vec<(String, usize)> = parts
+                .iter()
+                .map(|&(p, r)| (ld.layer_name(l, p, false), r))
+                .collect();
+            let refs: Vec<(&str, usize)> = names.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+            let Some(w) = ld.stacked_weight(&refs, cols)? else {
+                return Ok(None);
+            };
+            let b = if bias {
+                let names: Vec<(String, usize)> = parts
+                    .iter()
+                    .map(|&(p, r)| (ld.layer_name(l, p, true), r))
+                    .collect();
+                let refs: Vec<(&str, usize)> =
+                    names.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+                Some(ld.stacked_vector(&refs)?)
+            } else {
+                None
+            };
+            Ok(Some(Linear::new(w, b)?))
+        };
         let mut blocks = Vec::with_capacity(c.num_layers);
         for l in 0..c.num_layers {
+            let qkv_parts = [(Part::Q, qw), (Part::K, kw), (Part::V, kw)];
+            let qkv = match stacked(l, &qkv_parts, h, c.qkv_bias)? {
+                Some(w) => QkvProj::Fused(w),
+                None => QkvProj::Separate {
+                    q: linear(l, Part::Q, qw, h, c.qkv_bias)?,
+                    k: linear(l, Part::K, kw, h, c.qkv_bias)?,
+                    v: linear(l, Part::V, kw, h, c.qkv_bias)?,
+                },
+            };
             let attn = Attention {
-                q: linear(l, Part::Q, qw, h, c.qkv_bias)?,
-                k: linear(l, Part::K, kw, h, c.qkv_bias)?,
-                v: linear(l, Part::V, kw, h, c.qkv_bias)?,
+                qkv,
                 o: linear(l, Part::O, h, qw, false)?,
                 q_norm: if c.qk_norm {
                     Some(norm(ld.layer_name(l, Part::QNorm, false), c.head_dim)?)
@@ -139,15 +185,18 @@ impl LlamaModel {
             };
             attn.validate()?;
             let ff = c.intermediate_size;
+            let gate_up = match stacked(l, &[(Part::Gate, ff), (Part::Up, ff)], h, false)? {
+                Some(w) => GateUp::Fused(w),
+                None => GateUp::Separate {
+                    gate: linear(l, Part::Gate, ff, h, false)?,
+                    up: linear(l, Part::Up, ff, h, false)?,
+                },
+            };
             blocks.push(Block {
                 attn_norm: norm(ld.layer_name(l, Part::AttnNorm, false), h)?,
                 attn,
                 ffn_norm: norm(ld.layer_name(l, Part::FfnNorm, false), h)?,
-                mlp: Mlp {
-                    gate: linear(l, Part::Gate, ff, h, false)?,
-                    up: linear(l, Part::Up, ff, h, false)?,
-                    down: linear(l, Part::Down, h, ff, false)?,
-                },
+                mlp: Mlp::new(gate_up, linear(l, Part::Down, h, ff, false)?)?,
             });
         }
         let max_pos = opts.max_seq_len.min(c.max_context).max(1);
@@ -190,6 +239,19 @@ impl LlamaModel {
     /// The configuration read from the checkpoint.
     pub fn config(&self) -> &LlamaConfig {
         &self.config
+    }
+
+    /// How many layers run a stacked Q/K/V weight and how many a stacked gate/up weight.
+    pub fn stacked_projections(&self) -> (usize, usize) {
+        let qkv = self
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.attn.qkv, QkvProj::Fused(_)));
+        let mlp = self
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.mlp.gate_up, GateUp::Fused(_)));
+        (qkv.count(), mlp.count())
     }
 }
 

@@ -10,8 +10,9 @@ use pocket_kernels::Weight;
 use pocket_kernels::{AttentionParams, DeltaRuleParams, Device, HeadGrouping, RopeTable, Tensor};
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
-    BatchPlan, BatchTensors, DeltaNetScratch, GatedDeltaNet, KvCache, LayerError, Linear, Mlp,
-    MlpScratch, Model, ModelInfo, Result, RmsNorm, SeqId, StateBatch, StateCache, StateCacheConfig,
+    stack_projections, BatchPlan, BatchTensors, DeltaNetScratch, GateUp, GatedDeltaNet, KvCache,
+    LayerError, Linear, Mlp, MlpScratch, Model, ModelInfo, QkvProj, Result, RmsNorm, SeqId,
+    StateBatch, StateCache, StateCacheConfig,
 };
 
 use crate::config::{LayerKind, Qwen35Config};
@@ -83,8 +84,21 @@ pub struct Qwen35Model {
 impl Qwen35Model {
     /// Loads the text model of a Qwen3.5 checkpoint (safetensors with `config.json`, BF16 or FP8
     /// block-scaled; or a llama.cpp `qwen35` GGUF) onto `dev`. A vision tower or MTP head in the
-    /// checkpoint is skipped and named in [`Qwen35Model::notes`].
+    /// checkpoint is skipped and named in [`Qwen35Model::notes`]. The full-attention layers'
+    /// Q/K/V and every MLP's gate/up are stacked into one weight each where
+    /// [`stack_projections`] says it pays on `dev` (CUDA).
     pub fn load(store: Arc<TensorStore>, dev: &Device, opts: LoadOptions) -> Result<Qwen35Model> {
+        Self::load_with_stacking(store, dev, opts, stack_projections(dev))
+    }
+
+    /// [`Qwen35Model::load`] with the stacking of Q/K/V and gate/up chosen by the caller
+    /// (`stack`; parts that cannot be stacked byte-wise stay separate either way).
+    pub fn load_with_stacking(
+        store: Arc<TensorStore>,
+        dev: &Device,
+        opts: LoadOptions,
+        stack: bool,
+    ) -> Result<Qwen35Model> {
         let ld = Loader::new(store.clone(), dev.clone())?;
         let (embed_name, norm_name, out_name) = ld.global_names();
         let mut notes = Vec::new();
@@ -138,6 +152,21 @@ impl Qwen35Model {
         let linear = |l: usize, part: Part, rows: usize, cols: usize| -> Result<Linear> {
             Linear::new(ld.weight(&ld.layer_name(l, part), rows, cols)?, None)
         };
+        // Rows of several parts stacked into one weight, or `None` if their formats differ or
+        // their tiles do not stack.
+        let stacked = |l: usize, parts: &[(Part, usize)], cols: usize| -> Result<Option<Linear>> {
+            if !stack {
+                return Ok(None);
+            }
+            let names: Vec<(String, usize)> = parts
+                .iter()
+                .map(|&(p, r)| (ld.layer_name(l, p), r))
+                .collect();
+            let refs: Vec<(&str, usize)> = names.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+            ld.stacked_weight(&refs, cols)?
+                .map(|w| Linear::new(w, None))
+                .transpose()
+        };
         let attn_params = AttentionParams {
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
@@ -166,11 +195,19 @@ impl Qwen35Model {
         for (l, kind) in c.layers.iter().enumerate() {
             let mixer = match kind {
                 LayerKind::Full => {
-                    // Gated attention: `[query | gate]` per head from one projection.
+                    // Gated attention: `[query | gate]` per head from one projection (stacked
+                    // with K and V, its rows come out first and are split per head as before).
+                    let parts = [(Part::Q, 2 * qw), (Part::K, kw), (Part::V, kw)];
+                    let qkv = match stacked(l, &parts, h)? {
+                        Some(w) => QkvProj::Fused(w),
+                        None => QkvProj::Separate {
+                            q: linear(l, Part::Q, 2 * qw, h)?,
+                            k: linear(l, Part::K, kw, h)?,
+                            v: linear(l, Part::V, kw, h)?,
+                        },
+                    };
                     let a = Attention {
-                        q: linear(l, Part::Q, 2 * qw, h)?,
-                        k: linear(l, Part::K, kw, h)?,
-                        v: linear(l, Part::V, kw, h)?,
+                        qkv,
                         o: linear(l, Part::O, h, qw)?,
                         q_norm: Some(norm(&ld.layer_name(l, Part::QNorm), c.head_dim)?),
                         k_norm: Some(norm(&ld.layer_name(l, Part::KNorm), c.head_dim)?),
@@ -212,15 +249,18 @@ impl Qwen35Model {
                 }
             };
             let ff = c.intermediate_size;
+            let gate_up = match stacked(l, &[(Part::Gate, ff), (Part::Up, ff)], h)? {
+                Some(w) => GateUp::Fused(w),
+                None => GateUp::Separate {
+                    gate: linear(l, Part::Gate, ff, h)?,
+                    up: linear(l, Part::Up, ff, h)?,
+                },
+            };
             blocks.push(Block {
                 attn_norm: norm(&ld.layer_name(l, Part::AttnNorm), h)?,
                 mixer,
                 ffn_norm: norm(&ld.layer_name(l, Part::FfnNorm), h)?,
-                mlp: Mlp {
-                    gate: linear(l, Part::Gate, ff, h)?,
-                    up: linear(l, Part::Up, ff, h)?,
-                    down: linear(l, Part::Down, h, ff)?,
-                },
+                mlp: Mlp::new(gate_up, linear(l, Part::Down, h, ff)?)?,
             });
         }
         let max_pos = opts.max_seq_len.min(c.max_context).max(1);
@@ -282,6 +322,20 @@ impl Qwen35Model {
     /// The configuration read from the checkpoint.
     pub fn config(&self) -> &Qwen35Config {
         &self.config
+    }
+
+    /// How many full-attention layers run a stacked Q/K/V weight and how many blocks a stacked
+    /// gate/up weight.
+    pub fn stacked_projections(&self) -> (usize, usize) {
+        let qkv = self
+            .blocks
+            .iter()
+            .filter(|b| matches!(&b.mixer, Mixer::Full(a) if matches!(a.qkv, QkvProj::Fused(_))));
+        let mlp = self
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.mlp.gate_up, GateUp::Fused(_)));
+        (qkv.count(), mlp.count())
     }
 
     /// What the load skipped (vision tower, MTP head), one line each.

@@ -1,0 +1,117 @@
+//! Stacked Q/K/V and gate/up weights (`LlamaModel::load_with_stacking`) against separate ones, on
+//! every device: the fixtures of `hf_parity.rs` (Llama; Qwen2 with QKV biases, which must stack
+//! along; Qwen3 with QK-norm) as F32 safetensors and as Q8_0 / Q4_K GGUF. The CPU does not stack
+//! by default, so this is where its stacked path meets the references: stacking only reorders
+//! which kernel call computes a row, so the logits must equal the separate path's exactly on the
+//! CPU; the F32 run must also match transformers within the parity tolerance (1e-3).
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pocket_formats::{GgmlType, TensorStore};
+use pocket_kernels::{DType, Device};
+use pocket_layers::{KvCache, Model};
+use pocket_model_llama::{LlamaModel, LoadOptions};
+use support::{cases, compare, write_f32_checkpoint, write_gguf, Logits};
+
+/// The fixture's prompts as one batch (prefill, then teacher-forced decode), per prompt and step.
+fn run(path: &Path, fixture: &str, dev: &Device, stack: bool) -> Vec<Logits> {
+    let cases = cases(fixture);
+    let store = Arc::new(TensorStore::open(path).unwrap());
+    let opts = LoadOptions { max_seq_len: 256 };
+    let mut model = LlamaModel::load_with_stacking(store, dev, opts, stack).unwrap();
+    let layers = model.info().num_layers;
+    let want = if stack { (layers, layers) } else { (0, 0) };
+    assert_eq!(
+        model.stacked_projections(),
+        want,
+        "stacked layers (stack {stack})"
+    );
+    let cfg = model.info().kv_cache_config(1024, 256, DType::F32);
+    let mut cache = KvCache::new(dev, cfg).unwrap();
+    let vocab = model.info().vocab_size;
+    let mut out = vec![Vec::new(); cases.len()];
+    for step in 0..=cases[0].tokens.len() {
+        let inputs: Vec<Vec<u32>> = cases
+            .iter()
+            .map(|c| match step {
+                0 => c.prompt.clone(),
+                _ => vec![c.tokens[step - 1]],
+            })
+            .collect();
+        let entries: Vec<(u64, &[u32])> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as u64, t.as_slice()))
+            .collect();
+        let plan = cache.plan(&entries).unwrap();
+        let got = dev
+            .read_f32(model.forward(&plan, &mut cache).unwrap())
+            .unwrap();
+        for (i, o) in out.iter_mut().enumerate() {
+            o.push(got[i * vocab..(i + 1) * vocab].to_vec());
+        }
+    }
+    out
+}
+
+/// Largest |Δ| between two runs.
+fn max_diff(a: &[Logits], b: &[Logits]) -> f32 {
+    a.iter()
+        .flatten()
+        .flatten()
+        .zip(b.iter().flatten().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m })
+}
+
+fn check(path: &Path, fixture: &str, what: &str) {
+    for dev in Device::all_for_tests() {
+        let separate = run(path, fixture, &dev, false);
+        let stacked = run(path, fixture, &dev, true);
+        let d = max_diff(&separate, &stacked);
+        eprintln!(
+            "{fixture} {what} {}: stacked vs separate max |Δ| {d}",
+            dev.name()
+        );
+        if matches!(dev.kind(), pocket_kernels::DeviceKind::Cpu) {
+            assert_eq!(
+                d, 0.0,
+                "{fixture} {what}: stacked differs from separate on the CPU"
+            );
+        }
+        if what == "f32" {
+            let want: Vec<Logits> = cases(fixture).into_iter().map(|c| c.logits).collect();
+            let tol = |_: &[f32]| 1e-3;
+            compare(
+                &format!("{fixture} stacked {what} {}", dev.name()),
+                &stacked,
+                &want,
+                &tol,
+            );
+        }
+    }
+}
+
+#[test]
+fn stacked_f32_safetensors_match_separate_and_transformers() {
+    for fixture in ["llama", "qwen2", "qwen3"] {
+        let dir = tempfile::tempdir().unwrap();
+        write_f32_checkpoint(fixture, dir.path());
+        check(dir.path(), fixture, "f32");
+    }
+}
+
+#[test]
+fn stacked_quantized_gguf_match_separate() {
+    for fixture in ["llama", "qwen2", "qwen3"] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("model.gguf");
+            write_gguf(fixture, ty, None, &path);
+            check(&path, fixture, &format!("{ty:?}"));
+        }
+    }
+}
