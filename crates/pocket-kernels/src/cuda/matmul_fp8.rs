@@ -305,11 +305,17 @@ pub(crate) fn gemv(
     )
 }
 
-/// Rows per dequantization chunk: as many as fit `W_CHUNK_BYTES` at `elem_bytes` per weight,
-/// rounded down to a multiple of `CHUNK_ROW_ALIGN` (at least one such multiple), at most `rows`.
+/// Rows per dequantization chunk: as many as fit `W_CHUNK_BYTES` at `elem_bytes` per weight.
 fn chunk_rows(rows: usize, cols: usize, elem_bytes: usize) -> usize {
-    let fit = W_CHUNK_BYTES / (cols * elem_bytes);
-    (fit / CHUNK_ROW_ALIGN * CHUNK_ROW_ALIGN)
+    aligned_chunk_rows(rows, cols, W_CHUNK_BYTES / elem_bytes)
+}
+
+/// Rows per prefill chunk of a `[rows, cols]` weight with room for `max_elems` dequantized
+/// weights: rounded down to a multiple of `CHUNK_ROW_ALIGN` (at least one), at most `rows`.
+/// Shared with the GGML formats' prefill in `matmul.rs`, which had the same unaligned chunks
+/// (4096x14336 at 172 TFLOP/s against 409 for 14336x4096 on the H200).
+pub(crate) fn aligned_chunk_rows(rows: usize, cols: usize, max_elems: usize) -> usize {
+    (max_elems / cols.max(1) / CHUNK_ROW_ALIGN * CHUNK_ROW_ALIGN)
         .max(CHUNK_ROW_ALIGN)
         .min(rows)
 }
@@ -439,6 +445,9 @@ mod tests {
         assert_eq!(chunk_rows(200, 208, 2), 200);
         // Very wide rows: at least one aligned group, even past the byte budget.
         assert_eq!(chunk_rows(1000, 1 << 20, 4), 128);
+        // The GGML prefill's budget (32M f16 weights): 4096x14336 in chunks of 2304 (not 2340).
+        assert_eq!(aligned_chunk_rows(4096, 14336, 32 << 20), 2304);
+        assert_eq!(aligned_chunk_rows(14336, 4096, 32 << 20), 8192);
         for (r, c, b) in [(17408, 5120, 2), (5120, 17408, 4), (151936, 5120, 2)] {
             let k = chunk_rows(r, c, b);
             assert!(k.is_multiple_of(CHUNK_ROW_ALIGN) && k * c * b <= W_CHUNK_BYTES);
