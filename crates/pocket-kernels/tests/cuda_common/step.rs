@@ -1,6 +1,9 @@
 //! A synthetic decode step of a dense GQA transformer, written against the `Backend` ops (the
 //! same sequence the llama model runs per token), for graph and speed tests of the CUDA backend.
 //! Weights are random blocks: they move the same bytes as a real checkpoint of the same shape.
+//! Like the models on CUDA, Q/K/V and gate/up are stacked into one weight each (one GEMV, then
+//! `split_columns` / `silu_mul_halves`); `POCKET_FUSED_PROJ=0` (the models' switch too) runs the
+//! separate projections instead, for A/B runs.
 #![allow(dead_code)]
 
 use pocket_kernels::rope::{RopeConfig, RopeLayout, RopeScaling};
@@ -71,13 +74,30 @@ pub fn random_blocks(t: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8
     out
 }
 
+/// Q/K/V and gate/up as the step runs them.
+// One per layer, built once: the size of the separate variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Proj {
+    /// `[q; k; v]` rows in one weight and `[gate; up]` in another.
+    Stacked { wqkv: Weight, gate_up: Weight },
+    /// One weight each.
+    Separate {
+        wq: Weight,
+        wk: Weight,
+        wv: Weight,
+        gate: Weight,
+        up: Weight,
+    },
+}
+
+/// Whether steps stack their projections (`POCKET_FUSED_PROJ`, on unless `0`).
+pub fn stacked() -> bool {
+    std::env::var("POCKET_FUSED_PROJ").map_or(true, |v| v != "0")
+}
+
 struct Layer {
-    wq: Weight,
-    wk: Weight,
-    wv: Weight,
+    proj: Proj,
     wo: Weight,
-    gate: Weight,
-    up: Weight,
     down: Weight,
     n1: Tensor,
     n2: Tensor,
@@ -107,6 +127,9 @@ pub struct Step {
     g: Tensor,
     u: Tensor,
     h: Tensor,
+    /// Output rows of the stacked projections: `[q | k | v]` and `[gate | up]`.
+    qkv: Tensor,
+    gu: Tensor,
     pub logits: Tensor,
     pub next: Tensor,
     /// Weight bytes read per step.
@@ -141,6 +164,19 @@ impl Step {
         let bo = random_blocks(layer_fmt, h, s.heads * s.head_dim, 3);
         let bg = random_blocks(layer_fmt, s.ff, h, 4);
         let bd = random_blocks(layer_fmt, h, s.ff, 5);
+        // The stacked weights are the parts' blocks one after another (every GGML format stores
+        // rows independently), as the model loaders stack them.
+        let stack = stacked();
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            println!(
+                "decode step: {} Q/K/V and gate/up projections (POCKET_FUSED_PROJ=0: separate, the default: stacked)",
+                if stack { "stacked" } else { "separate" }
+            )
+        });
+        let bqkv = [bq.as_slice(), &bk, &bk].concat();
+        let bgu = [bg.as_slice(), &bg].concat();
+        let qw = s.heads * s.head_dim;
         let blocks_per_seq = (pos + 1).div_ceil(BLOCK);
         let norm: Vec<f32> = (0..h).map(|i| 1.0 + (i % 7) as f32 * 0.01).collect();
         let mut weight_bytes = 0;
@@ -152,13 +188,23 @@ impl Step {
             let vc = be
                 .alloc(DType::F16, &[blocks_per_seq, BLOCK, s.kv_heads, s.head_dim])
                 .unwrap();
+            let proj = if stack {
+                Proj::Stacked {
+                    wqkv: up_w(layer_fmt, qw + 2 * kvw, h, &bqkv),
+                    gate_up: up_w(layer_fmt, 2 * s.ff, h, &bgu),
+                }
+            } else {
+                Proj::Separate {
+                    wq: up_w(layer_fmt, qw, h, &bq),
+                    wk: up_w(layer_fmt, kvw, h, &bk),
+                    wv: up_w(layer_fmt, kvw, h, &bk),
+                    gate: up_w(layer_fmt, s.ff, h, &bg),
+                    up: up_w(layer_fmt, s.ff, h, &bg),
+                }
+            };
             let l = Layer {
-                wq: up_w(layer_fmt, s.heads * s.head_dim, h, &bq),
-                wk: up_w(layer_fmt, kvw, h, &bk),
-                wv: up_w(layer_fmt, kvw, h, &bk),
+                proj,
                 wo: up_w(layer_fmt, h, s.heads * s.head_dim, &bo),
-                gate: up_w(layer_fmt, s.ff, h, &bg),
-                up: up_w(layer_fmt, s.ff, h, &bg),
                 down: up_w(layer_fmt, h, s.ff, &bd),
                 n1: be.upload_f32(&norm, &[h]).unwrap(),
                 n2: be.upload_f32(&norm, &[h]).unwrap(),
@@ -233,6 +279,8 @@ impl Step {
             g: a(&[1, s.ff]),
             u: a(&[1, s.ff]),
             h: a(&[1, s.ff]),
+            qkv: a(&[1, qw + 2 * kvw]),
+            gu: a(&[1, 2 * s.ff]),
             logits: a(&[1, s.vocab]),
             next: be.alloc(DType::U32, &[1]).unwrap(),
             layers,
@@ -263,9 +311,18 @@ impl Step {
             self.q.reshape(&[1, s.heads * s.head_dim]).unwrap();
             self.k.reshape(&[1, s.kv_heads * s.head_dim]).unwrap();
             self.v.reshape(&[1, s.kv_heads * s.head_dim]).unwrap();
-            be.matmul(&self.normed, &l.wq, &mut self.q).unwrap();
-            be.matmul(&self.normed, &l.wk, &mut self.k).unwrap();
-            be.matmul(&self.normed, &l.wv, &mut self.v).unwrap();
+            match &l.proj {
+                Proj::Stacked { wqkv, .. } => {
+                    be.matmul(&self.normed, wqkv, &mut self.qkv).unwrap();
+                    be.split_columns(&self.qkv, &mut [&mut self.q, &mut self.k, &mut self.v])
+                        .unwrap();
+                }
+                Proj::Separate { wq, wk, wv, .. } => {
+                    be.matmul(&self.normed, wq, &mut self.q).unwrap();
+                    be.matmul(&self.normed, wk, &mut self.k).unwrap();
+                    be.matmul(&self.normed, wv, &mut self.v).unwrap();
+                }
+            }
             self.q.reshape(&[1, s.heads, s.head_dim]).unwrap();
             self.k.reshape(&[1, s.kv_heads, s.head_dim]).unwrap();
             self.v.reshape(&[1, s.kv_heads, s.head_dim]).unwrap();
@@ -294,9 +351,17 @@ impl Step {
                 &mut self.normed,
             )
             .unwrap();
-            be.matmul(&self.normed, &l.gate, &mut self.g).unwrap();
-            be.matmul(&self.normed, &l.up, &mut self.u).unwrap();
-            be.silu_mul(&self.g, &self.u, &mut self.h).unwrap();
+            match &l.proj {
+                Proj::Stacked { gate_up, .. } => {
+                    be.matmul(&self.normed, gate_up, &mut self.gu).unwrap();
+                    be.silu_mul_halves(&self.gu, &mut self.h).unwrap();
+                }
+                Proj::Separate { gate, up, .. } => {
+                    be.matmul(&self.normed, gate, &mut self.g).unwrap();
+                    be.matmul(&self.normed, up, &mut self.u).unwrap();
+                    be.silu_mul(&self.g, &self.u, &mut self.h).unwrap();
+                }
+            }
             be.matmul(&self.h, &l.down, &mut self.delta).unwrap();
         }
         be.add_rms_norm(
