@@ -134,7 +134,7 @@ impl TensorSource {
             return Ok(None);
         }
         let rows: usize = parts.iter().map(|p| p.1).sum();
-        let data: Vec<u8> = views.iter().flat_map(|v| v.data.iter().copied()).collect();
+        let data: Vec<u8> = views.iter().map(|v| v.data).collect::<Vec<_>>().concat();
         let (format, scales) = match first.format {
             TensorFormat::Ggml(t) => (QuantFormat::Ggml(t), None),
             TensorFormat::F8E4M3 => {
