@@ -30,11 +30,11 @@ pub enum QkvProj {
 }
 
 impl QkvProj {
-    /// Output features of q, k and v.
+    /// Output features of q, k and v, for a layer expecting `q_rows` and `kv_rows` (a stacked
+    /// weight of that total is split by them; another total reports as all q, failing checks).
     pub fn out_features(&self, q_rows: usize, kv_rows: usize) -> (usize, usize, usize) {
         match self {
             QkvProj::Separate { q, k, v } => (q.out_features(), k.out_features(), v.out_features()),
-            // A stacked weight has the right total or fails validation; its parts are by layout.
             QkvProj::Fused(w) if w.out_features() == q_rows + 2 * kv_rows => {
                 (q_rows, kv_rows, kv_rows)
             }
