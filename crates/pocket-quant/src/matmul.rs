@@ -9,6 +9,8 @@ use rayon::prelude::*;
 use std::cell::Cell;
 
 #[cfg(target_arch = "x86_64")]
+mod pool;
+#[cfg(target_arch = "x86_64")]
 mod tile;
 #[cfg(target_arch = "x86_64")]
 mod tile_k;
@@ -92,10 +94,11 @@ fn tiled(
         let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
         unsafe { f(&job, r0, r1, o.0) };
     };
+    let chunks = rows.div_ceil(per);
     if threads == 1 || rows <= 4 {
-        (0..rows.div_ceil(per)).for_each(range);
-    } else {
-        (0..rows.div_ceil(per)).into_par_iter().for_each(range);
+        (0..chunks).for_each(range);
+    } else if n > 1 || !pool::run(chunks, threads, &range) {
+        (0..chunks).into_par_iter().for_each(range);
     }
     TILES.with(|c| c.set(tiles));
     Some(())
@@ -149,10 +152,11 @@ fn tiled_k(
         let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
         unsafe { f(&job, r0, r1, o.0) };
     };
+    let chunks = rows.div_ceil(per);
     if threads == 1 || rows <= 4 {
-        (0..rows.div_ceil(per)).for_each(range);
-    } else {
-        (0..rows.div_ceil(per)).into_par_iter().for_each(range);
+        (0..chunks).for_each(range);
+    } else if n > 1 || !pool::run(chunks, threads, &range) {
+        (0..chunks).into_par_iter().for_each(range);
     }
     TILES.with(|c| c.set(tiles));
     Some(())
