@@ -366,8 +366,29 @@ fn multiply(
         yt_store = vec![0.0f32; ny];
         &mut yt_store
     };
+    let threads = rayon::current_num_threads().max(1);
+    // Decode: the helper pool (see `pool`), each task writing its own rows of `y` (n = 1).
+    #[cfg(target_arch = "x86_64")]
+    if parallel && rows > 8 && n == 1 && threads > 1 {
+        let per = rows.div_ceil(threads * 4).max(4);
+        let out = OutPtr(yt.as_mut_ptr());
+        let task = |c: usize| {
+            let o = out;
+            let mut tmp = Vec::new();
+            for r in c * per..((c + 1) * per).min(rows) {
+                // SAFETY: `yt` holds `rows` floats (n = 1) and tasks own disjoint rows.
+                row(
+                    r,
+                    unsafe { std::slice::from_raw_parts_mut(o.0.add(r), 1) },
+                    &mut tmp,
+                );
+            }
+        };
+        if pool::run(rows.div_ceil(per), threads, &task) {
+            return;
+        }
+    }
     if parallel && rows > 1 {
-        let threads = rayon::current_num_threads().max(1);
         let per = (rows / (threads * 8)).clamp(4, 256);
         yt.par_chunks_mut(per * n)
             .enumerate()
