@@ -1,11 +1,12 @@
 //! `TensorSource::stacked_weight`: matrices of one format stack into one weight whose matmul is
-//! the parts' matmuls side by side (exactly, on the CPU); parts of different formats do not
-//! stack; a part of the wrong shape is an error.
+//! the parts' matmuls side by side (to rounding: a kernel may sum a row in another order once the
+//! row count changes); parts of different formats do not stack; a part of the wrong shape is an
+//! error.
 
 use std::sync::Arc;
 
 use pocket_formats::{GgmlType, GgufWriter, TensorStore};
-use pocket_kernels::{Device, DeviceKind};
+use pocket_kernels::Device;
 use pocket_layers::TensorSource;
 use pocket_quant::QuantFormat;
 
@@ -82,11 +83,8 @@ fn stacked_weight_is_the_parts_side_by_side() {
                 })
                 .collect();
             for (i, (g, w)) in y.iter().zip(&want).enumerate() {
-                let tol = match dev.kind() {
-                    DeviceKind::Cpu => 0.0,
-                    // Another kernel shape may sum in another order.
-                    _ => 1e-4 * (1.0 + w.abs()),
-                };
+                // Another summation order over 64 products: a few ulps of the row's magnitude.
+                let tol = 1e-5 * (1.0 + w.abs());
                 assert!(
                     (g - w).abs() <= tol,
                     "{} n {n} [{i}]: stacked {g}, separate {w}",

@@ -1,9 +1,12 @@
 //! Stacked Q/K/V and gate/up weights (`LlamaModel::load_with_stacking`) against separate ones, on
 //! every device: the fixtures of `hf_parity.rs` (Llama; Qwen2 with QKV biases, which must stack
 //! along; Qwen3 with QK-norm) as F32 safetensors and as Q8_0 / Q4_K GGUF. The CPU does not stack
-//! by default, so this is where its stacked path meets the references: stacking only reorders
-//! which kernel call computes a row, so the logits must equal the separate path's exactly on the
-//! CPU; the F32 run must also match transformers within the parity tolerance (1e-3).
+//! by default, so this is where its stacked path meets the references. Stacking only changes
+//! which kernel call computes a row; a kernel may then sum in another order (the CPU's tiles
+//! depend on the row count), and int8 activations can round the other way after that, so the
+//! bound is `hf_parity.rs`'s: 1e-3 for F32 (which must also match transformers within 1e-3),
+//! 3% of the step's logit range for quantized weights, with the greedy token kept wherever the
+//! margin exceeds twice that. (On these fixtures the CPU's results are in fact identical.)
 
 mod support;
 
@@ -67,6 +70,14 @@ fn max_diff(a: &[Logits], b: &[Logits]) -> f32 {
         .fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m })
 }
 
+/// 3% of a step's logit range: `hf_parity.rs`'s bound for int8-rounded activations.
+fn q8_tol(want: &[f32]) -> f32 {
+    let (lo, hi) = want
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+    0.03 * (hi - lo)
+}
+
 fn check(path: &Path, fixture: &str, what: &str) {
     for dev in Device::all_for_tests() {
         let separate = run(path, fixture, &dev, false);
@@ -76,21 +87,15 @@ fn check(path: &Path, fixture: &str, what: &str) {
             "{fixture} {what} {}: stacked vs separate max |Δ| {d}",
             dev.name()
         );
-        if matches!(dev.kind(), pocket_kernels::DeviceKind::Cpu) {
-            assert_eq!(
-                d, 0.0,
-                "{fixture} {what}: stacked differs from separate on the CPU"
-            );
-        }
+        let name = format!("{fixture} stacked vs separate {what} {}", dev.name());
         if what == "f32" {
-            let want: Vec<Logits> = cases(fixture).into_iter().map(|c| c.logits).collect();
             let tol = |_: &[f32]| 1e-3;
-            compare(
-                &format!("{fixture} stacked {what} {}", dev.name()),
-                &stacked,
-                &want,
-                &tol,
-            );
+            compare(&name, &stacked, &separate, &tol);
+            let want: Vec<Logits> = cases(fixture).into_iter().map(|c| c.logits).collect();
+            let name = format!("{fixture} stacked {what} {} vs transformers", dev.name());
+            compare(&name, &stacked, &want, &tol);
+        } else {
+            compare(&name, &stacked, &separate, &q8_tol);
         }
     }
 }
