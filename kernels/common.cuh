@@ -355,10 +355,10 @@ DEVI void row_ptrs(const uint8_t* w, size_t rows, size_t nb, size_t r, const uin
 // logits drift apart by the quantization noise (docs/performance/cuda-dense.md, parity). Two kinds,
 // as the CPU pairs them with weight formats:
 //  * Q8 (32-element formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; `quantize_act_q8`):
-//    d = amax / 127, id = d == 0 ? 0 : 1 / d, q = round_half_away(v * id), s = d * sum(q).
+//    d = amax / 127, id = 1 / d (0 where not finite), q = round_half_away(v * id), s = d * sum(q).
 //  * Q8K (K and IQ4_XS formats; `quantize_act_q8k` = ggml's quantize_row_q8_K): per 256 elements,
 //    max = the first element of largest |v|, iscale = -127 / max, q = min(127, round_half_away(
-//    iscale * v)), d = 1 / iscale. Stored, like Q8, as per-32 rows of (d, d * sum32(q)) so the
+//    iscale * v)), d = 1 / iscale (all zero where iscale is not finite). Stored, like Q8, as per-32 rows of (d, d * sum32(q)) so the
 //    GEMV work items read both kinds the same way.
 // Every operation is a single IEEE-rounded f32 op (__fdiv_rn, __fmul_rn: no contraction, no
 // approximate reciprocal), so the results equal Rust's f32 arithmetic bit for bit.
@@ -384,7 +384,10 @@ DEVI void quant_lane(const float* v, int* q, float& d, int& sum) {
         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
         am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
         d = __fdiv_rn(am, 127.f);
-        float id = d == 0.f ? 0.f : __fdiv_rn(1.f, d);
+        // 1 / d, or 0 where not finite (d = 0 or a subnormal d): all-zero quants (act.rs
+        // `inverse_scale`), never the saturated pattern.
+        float id = __fdiv_rn(1.f, d);
+        if (isinf(id)) id = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; i++) q[i] = (int)(int8_t)min(max(sat_round_i32(__fmul_rn(v[i], id)), -128), 127);
     } else {
@@ -407,11 +410,13 @@ DEVI void quant_lane(const float* v, int* q, float& d, int& sum) {
         d = 0.f;
         if (best != 0.f) {
             iscale = __fdiv_rn(-127.f, bval);
-            d = __fdiv_rn(1.f, iscale);
+            // An infinite scale (|max| < ~3.7e-37) gives an all-zero block, as q8k_block.
+            if (isinf(iscale)) iscale = 0.f;
+            else d = __fdiv_rn(1.f, iscale);
         }
         // `((iscale * v).round() as i32).min(127) as i8`
 #pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = best == 0.f ? 0 : (int)(int8_t)min(sat_round_i32(__fmul_rn(iscale, v[i])), 127);
+        for (int i = 0; i < 8; i++) q[i] = iscale == 0.f ? 0 : (int)(int8_t)min(sat_round_i32(__fmul_rn(iscale, v[i])), 127);
     }
     sum = 0;
 #pragma unroll

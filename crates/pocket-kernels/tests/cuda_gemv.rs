@@ -388,7 +388,7 @@ fn act_rows(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
         }
         if r % 4 == 3 {
             // A tail of subnormal values: d is subnormal, 1 / d and -127 / max overflow to
-            // infinity, and both sides must saturate the same way.
+            // infinity, and both sides give all-zero quants (not a saturated pattern).
             let t = cols.min(256);
             for (j, v) in row[cols - t..].iter_mut().enumerate() {
                 *v = 1e-38 * ((j % 5) as f32 - 2.0);

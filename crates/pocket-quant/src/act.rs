@@ -45,12 +45,26 @@ pub fn quantize_act_q8(x: &[f32], out: &mut Vec<BlockQ8>) {
     out.extend(x.chunks_exact(32).map(q8_block));
 }
 
+/// `1 / d`, or 0 where that is not finite (d = 0, or a subnormal d whose inverse overflows): the
+/// block's quants are then all 0. A block that small is zero to f32 precision anyway, and an
+/// infinite inverse would saturate the quants to ±127 / -128 (-128 breaks the AVX2 dots' sign
+/// tricks). The CUDA quantizer (kernels/common.cuh `quant_lane`) applies the same rule.
+#[inline(always)]
+fn inverse_scale(d: f32) -> f32 {
+    let id = 1.0 / d;
+    if id.is_finite() {
+        id
+    } else {
+        0.0
+    }
+}
+
 /// One [`BlockQ8`]: the reference arithmetic (the AVX2 path and the CUDA kernels match it bit
 /// for bit).
 fn q8_block(c: &[f32]) -> BlockQ8 {
     let amax = c.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
-    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let id = inverse_scale(d);
     let mut qs = [0i8; 32];
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(c) {
@@ -89,7 +103,7 @@ unsafe fn q8_block_avx2(c: &[f32; 32]) -> BlockQ8 {
         return q8_block(c);
     }
     let d = amax / 127.0;
-    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let id = inverse_scale(d);
     let idv = _mm256_set1_ps(id);
     let half = _mm256_set1_ps(0.5);
     let one = _mm256_set1_ps(1.0);
@@ -168,6 +182,34 @@ mod tests {
         assert!(same(&q8_block(&v), &got[0]));
         // (i - 16) * 3.5 + 0.5: -48.5 -> -49, -41.5 -> -42, 7.5 -> 8
         assert_eq!((got[0].qs[2], got[0].qs[4], got[0].qs[18]), (-49, -42, 8));
+    }
+
+    /// Blocks whose scale is subnormal with an infinite inverse quantize to all zeros on both
+    /// paths (never the saturated ±127 / -128 pattern), and blocks of large subnormal scale
+    /// (finite inverse) stay bit-identical too.
+    #[test]
+    fn q8_subnormal_scale_blocks() {
+        for amax in [1e-39f32, 1e-44, 1.4e-45, 1e-37, 1.5e-36, 1.2e-38 * 127.0] {
+            let v: Vec<f32> = (0..32)
+                .map(|i| amax * [-1.0, -0.5, 0.0, 0.5, 1.0][i % 5])
+                .collect();
+            let mut got = Vec::new();
+            quantize_act_q8(&v, &mut got);
+            let want = q8_block(&v);
+            assert!(same(&want, &got[0]), "{amax:e}: want {want:?} got {:?}", got[0]);
+            assert!(want.qs.iter().all(|&q| q != -128), "{amax:e}: {want:?}");
+            if !(1.0 / (amax / 127.0)).is_finite() {
+                assert_eq!(want.qs, [0; 32], "{amax:e}");
+            }
+            // Q8_K: -127 / max overflows below ~3.7e-37: an all-zero block with d = 0.
+            let big: Vec<f32> = (0..QK_K).map(|i| v[i % 32]).collect();
+            let mut k = Vec::new();
+            quantize_act_q8k(&big, &mut k);
+            assert!(k[0].qs.iter().all(|&q| q != -128), "{amax:e}");
+            if amax > 0.0 && !(-127.0 / -amax).is_finite() {
+                assert!(k[0].qs.iter().all(|&q| q == 0) && k[0].d == 0.0, "{amax:e}");
+            }
+        }
     }
 
     /// Non-finite inputs follow the reference too.

@@ -172,6 +172,11 @@ pub(crate) fn q8k_block(x: &[f32]) -> (f32, [i8; QK_K], [i16; 16]) {
         return (0.0, qs, bsums);
     }
     let iscale = -127.0 / max;
+    if !iscale.is_finite() {
+        // |max| below ~3.7e-37: the block is zero to f32 precision; an infinite scale would
+        // saturate the quants (the activation quantizers' rule, pocket-quant act.rs).
+        return (0.0, qs, bsums);
+    }
     for (q, &v) in qs.iter_mut().zip(x) {
         *q = ((iscale * v).round() as i32).min(127) as i8;
     }
