@@ -21,7 +21,8 @@ const USAGE: &str = "usage:
                    [--vocab-dir DIR] [--json]
   pocket-bench set cuda|hybrid|moe|cpu [run options except --model] [--delete-after]
   pocket-bench parity --model PATH|synthetic:PRESET:FORMAT [--device cuda] [--steps 64]
-                   [--prompt-lengths 7,33,130] [--rel-tol 0.002] [--margin 0.05] [--synth-dir DIR] [--json]
+                   [--prompt-lengths 7,33,130] [--rel-tol 0.002] [--noise-factor 2] [--margin 0.05]
+                   [--synth-dir DIR] [--json] [--ops: per-weight matmul] [--self: device noise floor]
   pocket-bench report DIR
   pocket-bench presets
   pocket-bench bandwidth [--mib N] [--threads T]
@@ -188,13 +189,16 @@ fn cmd_set(argv: &[String]) -> Result<()> {
 
 #[cfg(feature = "engine")]
 fn cmd_parity(argv: &[String]) -> Result<()> {
-    let a = Args::parse(argv, &["json"])?;
+    let a = Args::parse(argv, &["json", "ops", "self"])?;
     a.only(&[
+        "ops",
+        "self",
         "model",
         "device",
         "steps",
         "prompt-lengths",
         "rel-tol",
+        "noise-factor",
         "margin",
         "synth-dir",
         "vocab-dir",
@@ -221,13 +225,43 @@ fn cmd_parity(argv: &[String]) -> Result<()> {
         .map(|s| s.trim().parse())
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| BenchError::Usage(format!("--prompt-lengths: {e}")))?;
+    if a.flag("ops") {
+        // Op-level bisect: each distinct weight's matmul (n = 1, 7, 33) and the embedding.
+        for o in pocket_bench::parity::check_ops(&path, device, &[1, 7, 33])? {
+            println!(
+                "ops {} {} [{}x{}] n={}: max|d| {:.3e} (rel {:.2e}; vs exact: cpu {:.2e}, device {:.2e})",
+                o.name,
+                o.format,
+                o.rows,
+                o.cols,
+                o.n,
+                o.max_abs_diff,
+                o.rel_diff,
+                o.rel_err_cpu_dev.0,
+                o.rel_err_cpu_dev.1
+            );
+        }
+        return Ok(());
+    }
     let prompts = pocket_bench::parity::prompts(&lengths, 32_000);
+    if a.flag("self") {
+        // The device's own noise floor: a prompt as one batch vs token by token.
+        let steps = a.num("steps", 64usize)?;
+        for (n, d, rel, eq) in pocket_bench::parity::check_self(&path, device, &prompts, steps)? {
+            println!(
+                "self {spec} on {device:?} prompt {n} tok: batch vs stepwise max|d| {d:.3e} \
+                 (rel {rel:.2e}), greedy {eq}/{steps} equal"
+            );
+        }
+        return Ok(());
+    }
     let r = pocket_bench::parity::check(
         &path,
         device,
         &prompts,
         a.num("steps", 64usize)?,
         a.num("rel-tol", 0.002f32)?,
+        a.num("noise-factor", 2.0f32)?,
         a.num("margin", 0.05f32)?,
     )?;
     if a.flag("json") {
@@ -236,7 +270,8 @@ fn cmd_parity(argv: &[String]) -> Result<()> {
     for p in &r.prompts {
         println!(
             "parity {spec} prompt {} tok: logits max|d| {:.3e} (rel {:.2e}), greedy {}/{} equal, \
-             forced max|d| {:.3e}, forced top-1 mismatches above margin {}: {}",
+             forced max|d| {:.3e}, forced top-1 mismatches above margin {}: {}; reference noise \
+             (cpu batch vs token by token) rel {:.2e}, greedy {}/{} equal",
             p.prompt_tokens,
             p.max_abs_diff,
             p.rel_diff,
@@ -244,7 +279,10 @@ fn cmd_parity(argv: &[String]) -> Result<()> {
             p.greedy_len,
             p.forced_max_abs_diff,
             r.margin,
-            p.forced_mismatches
+            p.forced_mismatches,
+            p.reference_noise_rel,
+            p.reference_greedy_equal,
+            p.greedy_len
         );
     }
     println!(

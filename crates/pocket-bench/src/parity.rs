@@ -33,6 +33,13 @@ pub struct PromptParity {
     pub forced_mismatches: usize,
     /// Largest |a - b| over every teacher-forced step's logits.
     pub forced_max_abs_diff: f32,
+    /// The reference's own noise floor: its prompt logits as one batch vs token by token
+    /// (`rel`, as `rel_diff`), and the leading greedy tokens those two runs share. Quantized
+    /// models round activations to int8, so an ulp of accumulation-order difference can flip a
+    /// rounding; the CPU differs from itself by this much.
+    pub reference_noise_rel: f32,
+    /// Leading greedy tokens the reference's batch and token-by-token runs share.
+    pub reference_greedy_equal: usize,
 }
 
 /// Parity of one model over several prompts.
@@ -46,11 +53,18 @@ pub struct ParityReport {
     pub device: String,
     /// Margin threshold used for teacher-forced comparisons.
     pub margin: f32,
-    /// Tolerance on `rel_diff`.
+    /// Tolerance on `rel_diff`: met when `rel_diff` is within it, or within
+    /// `noise_factor` times the reference's own noise floor.
     pub rel_tolerance: f32,
+    /// Multiple of `reference_noise_rel` also accepted for `rel_diff`.
+    pub noise_factor: f32,
     /// Per-prompt results.
     pub prompts: Vec<PromptParity>,
-    /// Whether every prompt met the tolerance, greedy equality and teacher-forced agreement.
+    /// Whether every prompt met the tolerance (or the noise floor) and teacher-forced agreement,
+    /// and decoded the same greedy tokens where the reference's own two runs do (with no
+    /// teacher-forced mismatch, a free-running divergence can only start at a near-tie of the
+    /// reference, and where the reference's batch and token-by-token runs already split, such a
+    /// near-tie is within its own rounding noise).
     pub pass: bool,
 }
 
@@ -127,6 +141,69 @@ impl Side {
     }
 }
 
+/// The noise floor of one device: `prompt` run as one batch against the same prompt fed one
+/// token at a time (mathematically equal; only the accumulation order and, through it, the int8
+/// rounding of activations differ), each followed by `steps` free-running greedy tokens. Returns
+/// (max |d| of the prompt's last logits, that over the batch side's largest |logit|, leading
+/// greedy tokens equal).
+fn noise(
+    side: &mut Side,
+    prompt: &[u32],
+    steps: usize,
+    max_seq: usize,
+) -> Result<(f32, f32, usize)> {
+    let whole = side.run(prompt, steps, None)?;
+    let mut cache = side.cache(max_seq)?;
+    let mut first = Vec::new();
+    let mut stepwise = Vec::with_capacity(steps + 1);
+    let mut next = 0u32;
+    for i in 0..prompt.len() + steps {
+        let t = if i < prompt.len() { prompt[i] } else { next };
+        let plan = cache.plan(&[(0, &[t])]).map_err(err)?;
+        let logits = side
+            .dev
+            .read_f32(side.model.forward(&plan, &mut cache).map_err(err)?)
+            .map_err(err)?;
+        if i + 1 >= prompt.len() {
+            next = argmax_margin(&logits).0;
+            stepwise.push(next);
+            if i + 1 == prompt.len() {
+                first = logits;
+            }
+        }
+    }
+    let d = max_abs(&whole[0], &first);
+    let scale = whole[0].iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    let equal = whole
+        .iter()
+        .map(|l| argmax_margin(l).0)
+        .zip(&stepwise)
+        .take_while(|(a, b)| a == *b)
+        .count()
+        .min(steps);
+    Ok((d, d / scale, equal))
+}
+
+/// [`noise`] of `device` for each prompt: (prompt length, max |d|, rel, greedy tokens equal).
+pub fn check_self(
+    model: &Path,
+    device: DeviceKind,
+    prompts: &[Vec<u32>],
+    steps: usize,
+) -> Result<Vec<(usize, f32, f32, usize)>> {
+    let store = Arc::new(TensorStore::open(model).map_err(err)?);
+    let max_prompt = prompts.iter().map(Vec::len).max().unwrap_or(1);
+    let max_seq = (max_prompt + steps + 1).next_power_of_two().max(256);
+    let mut side = Side::open(&store, device, max_seq)?;
+    prompts
+        .iter()
+        .map(|p| {
+            let (d, rel, eq) = noise(&mut side, p, steps, max_seq)?;
+            Ok((p.len(), d, rel, eq))
+        })
+        .collect()
+}
+
 fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -147,6 +224,7 @@ pub fn check(
     prompts: &[Vec<u32>],
     steps: usize,
     rel_tolerance: f32,
+    noise_factor: f32,
     margin: f32,
 ) -> Result<ParityReport> {
     let store = Arc::new(TensorStore::open(model).map_err(err)?);
@@ -170,6 +248,7 @@ pub fn check(
         // Teacher forcing along the CPU's tokens: every step sees the same history.
         let forced = &greedy_a[..steps];
         let bf = other.run(prompt, steps, Some(forced))?;
+        let (_, noise_rel, ref_greedy) = noise(&mut cpu, prompt, steps, max_seq)?;
         let mut mismatches = 0;
         let mut forced_diff = 0f32;
         for (la, lb) in a.iter().zip(&bf) {
@@ -187,10 +266,14 @@ pub fn check(
             greedy_len: steps,
             forced_mismatches: mismatches,
             forced_max_abs_diff: forced_diff,
+            reference_noise_rel: noise_rel,
+            reference_greedy_equal: ref_greedy,
         });
     }
     let pass = results.iter().all(|r| {
-        r.rel_diff <= rel_tolerance && r.greedy_equal == steps && r.forced_mismatches == 0
+        (r.rel_diff <= rel_tolerance || r.rel_diff <= noise_factor * r.reference_noise_rel)
+            && (r.greedy_equal == steps || r.reference_greedy_equal < steps)
+            && r.forced_mismatches == 0
     });
     Ok(ParityReport {
         model: model.display().to_string(),
@@ -198,6 +281,7 @@ pub fn check(
         device: other.dev.name(),
         margin,
         rel_tolerance,
+        noise_factor,
         prompts: results,
         pass,
     })
@@ -220,4 +304,161 @@ pub fn prompts(lengths: &[usize], vocab: usize) -> Vec<Vec<u32>> {
                 .collect()
         })
         .collect()
+}
+
+/// One weight's matmul (or the embedding lookup) on `device` against the CPU: the op-level
+/// bisect of a whole-model parity failure.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpParity {
+    /// Tensor name (the first of its format and shape; `embedding:` for the lookup).
+    pub name: String,
+    /// Weight format.
+    pub format: String,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Activation rows (0 for the embedding).
+    pub n: usize,
+    /// Largest |a - b|.
+    pub max_abs_diff: f32,
+    /// That over the CPU's largest |value|.
+    pub rel_diff: f32,
+    /// Largest |CPU - exact| and |device - exact| over the CPU's largest |value|, exact being
+    /// the f64 product of the dequantized weight and the activations as the CPU's int8 blocks
+    /// round them: tells which side a difference comes from.
+    pub rel_err_cpu_dev: (f32, f32),
+}
+
+/// The activations as the CPU's dot for `f` sees them (its int8 blocks, dequantized).
+fn act_as_cpu(f: pocket_quant::QuantFormat, x: &[f32]) -> Vec<f32> {
+    use pocket_quant::ActFormat;
+    match f.activation_format() {
+        ActFormat::Q8_0 | ActFormat::Q8_1 => {
+            let mut b = Vec::new();
+            pocket_quant::quantize_act_q8(x, &mut b);
+            b.iter()
+                .flat_map(|b| b.qs.map(|q| q as f32 * b.d))
+                .collect()
+        }
+        ActFormat::Q8_K => {
+            let mut b = Vec::new();
+            pocket_quant::quantize_act_q8k(x, &mut b);
+            b.iter()
+                .flat_map(|b| b.qs.map(|q| q as f32 * b.d))
+                .collect()
+        }
+        ActFormat::F32 => x.to_vec(),
+    }
+}
+
+/// For each distinct (format, shape) of the model's 2-D GGML weights: `matmul` on `device` and
+/// on the CPU over the same pseudo-random activations of `ns` rows, and the embedding rows of
+/// `token_embd.weight` where present.
+pub fn check_ops(model: &Path, device: DeviceKind, ns: &[usize]) -> Result<Vec<OpParity>> {
+    let store = TensorStore::open(model).map_err(err)?;
+    let cpu = Device::open(DeviceKind::Cpu).map_err(err)?;
+    let dev = Device::open(device).map_err(err)?;
+    let mut seen = std::collections::HashSet::new();
+    let mut names: Vec<String> = store.names().map(str::to_string).collect();
+    names.sort();
+    let mut out = Vec::new();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    for name in names {
+        let v = store.tensor(&name).map_err(err)?;
+        let pocket_formats::TensorFormat::Ggml(t) = v.format else {
+            continue;
+        };
+        if v.shape.len() != 2 || !seen.insert((format!("{t:?}"), v.shape.to_vec())) {
+            continue;
+        }
+        let (rows, cols) = (v.shape[0], v.shape[1]);
+        let f = pocket_quant::QuantFormat::Ggml(t);
+        let upload = |d: &Device| {
+            d.upload_weight(
+                f,
+                rows,
+                cols,
+                pocket_kernels::HostBytes::from_vec(v.data.to_vec()),
+                None,
+                None,
+            )
+            .map_err(err)
+        };
+        let (wa, wb) = (upload(&cpu)?, upload(&dev)?);
+        let mut wf = vec![0f32; rows * cols];
+        pocket_quant::dequantize(f, v.data, &mut wf).map_err(err)?;
+        for &n in ns {
+            // Activations like a normed hidden state: mostly O(1), a few larger outliers.
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| rnd() * if i % 97 == 0 { 8.0 } else { 1.0 })
+                .collect();
+            let run = |d: &Device, w: &pocket_kernels::Weight| -> Result<Vec<f32>> {
+                let xt = d.upload_f32(&x, &[n, cols]).map_err(err)?;
+                let mut o = d.alloc(DType::F32, &[n, rows]).map_err(err)?;
+                d.matmul(&xt, w, &mut o).map_err(err)?;
+                d.read_f32(&o).map_err(err)
+            };
+            let (a, b) = (run(&cpu, &wa)?, run(&dev, &wb)?);
+            let d = max_abs(&a, &b);
+            let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+            let xq = if n * cols % 256 == 0
+                || !matches!(f.activation_format(), pocket_quant::ActFormat::Q8_K)
+            {
+                act_as_cpu(f, &x)
+            } else {
+                x.clone()
+            };
+            let exact: Vec<f32> = (0..n * rows)
+                .map(|k| {
+                    let (j, r) = (k / rows, k % rows);
+                    let xr = &xq[j * cols..(j + 1) * cols];
+                    let wr = &wf[r * cols..(r + 1) * cols];
+                    xr.iter()
+                        .zip(wr)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            out.push(OpParity {
+                name: name.clone(),
+                format: format!("{t:?}"),
+                rows,
+                cols,
+                n,
+                max_abs_diff: d,
+                rel_diff: d / scale,
+                rel_err_cpu_dev: (max_abs(&a, &exact) / scale, max_abs(&b, &exact) / scale),
+            });
+        }
+        if name == "token_embd.weight" {
+            let ids: Vec<u32> = (0..64).map(|i| (i * 7919 % rows) as u32).collect();
+            let look = |d: &Device, w: &pocket_kernels::Weight| -> Result<Vec<f32>> {
+                let it = d.upload_u32(&ids, &[ids.len()]).map_err(err)?;
+                let mut o = d.alloc(DType::F32, &[ids.len(), cols]).map_err(err)?;
+                d.embedding(w, &it, &mut o).map_err(err)?;
+                d.read_f32(&o).map_err(err)
+            };
+            let (a, b) = (look(&cpu, &wa)?, look(&dev, &wb)?);
+            let d = max_abs(&a, &b);
+            let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+            out.push(OpParity {
+                name: format!("embedding:{name}"),
+                format: format!("{t:?}"),
+                rows,
+                cols,
+                n: 0,
+                max_abs_diff: d,
+                rel_diff: d / scale,
+                rel_err_cpu_dev: (0.0, 0.0),
+            });
+        }
+    }
+    Ok(out)
 }

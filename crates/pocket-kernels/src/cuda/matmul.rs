@@ -4,7 +4,8 @@
 //! GEMV that reads each weight block once for all rows: the dp4a kernel over 8-bit activations
 //! where the format has one, else the f32 dequantizing kernel. Larger batches (prefill) of
 //! quantized weights dequantize row chunks of W to f16 and multiply on the tensor cores through
-//! cuBLAS; float weights keep the exact f32 GEMV path. Activations are quantized to int8 exactly
+//! cuBLAS (or, with `POCKET_PREFILL=exact`, run the GEMV over 8-row chunks: the CPU's rounding
+//! class); float weights keep the exact f32 GEMV path. Activations are quantized to int8 exactly
 //! as the CPU backend does (pocket-quant `quantize_act_q8` / `quantize_act_q8k`, by the format's
 //! pairing), for the GEMV and, as f16 values of q * d, for the prefill GEMM, so the two backends
 //! multiply the same activation values.
@@ -132,7 +133,7 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
         }
     }
     let float_weights = matches!(f, DevFormat::F32 | DevFormat::F16 | DevFormat::BF16);
-    if n <= GEMV_MAX_ROWS || float_weights {
+    if n <= GEMV_MAX_ROWS || float_weights || exact_prefill() {
         for start in (0..n).step_by(GEMV_MAX_ROWS) {
             let m = (n - start).min(GEMV_MAX_ROWS);
             let xs = xp + (start * cols * 4) as u64;
@@ -149,6 +150,16 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
 fn warp_per_row() -> bool {
     static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *WARP.get_or_init(|| std::env::var("POCKET_GEMV").is_ok_and(|v| v == "warp"))
+}
+
+/// Whether `POCKET_PREFILL=exact` asks for prefill in the CPU's rounding class: the dp4a GEMV
+/// over chunks of 8 activation rows (the CPU's int8 activations, f32 accumulation) instead of
+/// f16 operands on the tensor cores, whose 2^-11 rounding of W and of q * d (about 3e-4 relative
+/// per product on the synthetic models, `pocket-bench parity --ops`) the int8 requantization of
+/// the next layer amplifies. Slower (W is read once per 8 rows); for parity runs.
+fn exact_prefill() -> bool {
+    static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXACT.get_or_init(|| std::env::var("POCKET_PREFILL").is_ok_and(|v| v == "exact"))
 }
 
 /// Whether `POCKET_PREFILL_ACT=f16` asks the prefill GEMM for plain f16 activations instead of
