@@ -133,7 +133,7 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
         }
     }
     let float_weights = matches!(f, DevFormat::F32 | DevFormat::F16 | DevFormat::BF16);
-    if n <= GEMV_MAX_ROWS || float_weights || exact_prefill() {
+    if n <= GEMV_MAX_ROWS || float_weights || exact_prefill(be) {
         for start in (0..n).step_by(GEMV_MAX_ROWS) {
             let m = (n - start).min(GEMV_MAX_ROWS);
             let xs = xp + (start * cols * 4) as u64;
@@ -152,14 +152,14 @@ fn warp_per_row() -> bool {
     *WARP.get_or_init(|| std::env::var("POCKET_GEMV").is_ok_and(|v| v == "warp"))
 }
 
-/// Whether `POCKET_PREFILL=exact` asks for prefill in the CPU's rounding class: the dp4a GEMV
-/// over chunks of 8 activation rows (the CPU's int8 activations, f32 accumulation) instead of
-/// f16 operands on the tensor cores, whose 2^-11 rounding of W and of q * d (about 3e-4 relative
-/// per product on the synthetic models, `pocket-bench parity --ops`) the int8 requantization of
-/// the next layer amplifies. Slower (W is read once per 8 rows); for parity runs.
-fn exact_prefill() -> bool {
-    static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *EXACT.get_or_init(|| std::env::var("POCKET_PREFILL").is_ok_and(|v| v == "exact"))
+/// Whether exact prefill is on ([`crate::Backend::set_exact_prefill`], `POCKET_PREFILL=exact`):
+/// GGML formats then run prefill in the CPU's rounding class, the dp4a GEMV over chunks of 8
+/// activation rows (the CPU's int8 activations, f32 accumulation) instead of f16 operands on the
+/// tensor cores, whose 2^-11 rounding of W and of q * d (about 3e-4 relative per product on the
+/// synthetic models, `pocket-bench parity --ops`) the next layer's int8 requantization amplifies.
+/// Slower (W is read once per 8 rows); for reference-parity runs.
+fn exact_prefill(be: &CudaBackend) -> bool {
+    crate::Backend::exact_prefill(be)
 }
 
 /// Whether `POCKET_PREFILL_ACT=f16` asks the prefill GEMM for plain f16 activations instead of
