@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9f2fd48d62d590648dd4a08c80312422c305568e117d1ef7641f9bb2fa7dfd1d";
+    "bdbfd30509e3948663f89a7486aeaa4a0e2b6ac54905aa512b74861ae5bbb725";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
