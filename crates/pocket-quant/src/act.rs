@@ -196,7 +196,11 @@ mod tests {
             let mut got = Vec::new();
             quantize_act_q8(&v, &mut got);
             let want = q8_block(&v);
-            assert!(same(&want, &got[0]), "{amax:e}: want {want:?} got {:?}", got[0]);
+            assert!(
+                same(&want, &got[0]),
+                "{amax:e}: want {want:?} got {:?}",
+                got[0]
+            );
             assert!(want.qs.iter().all(|&q| q != -128), "{amax:e}: {want:?}");
             if !(1.0 / (amax / 127.0)).is_finite() {
                 assert_eq!(want.qs, [0; 32], "{amax:e}");
