@@ -282,7 +282,9 @@ pub trait Backend: Send + Sync {
     /// Selects f32 arithmetic for the prefill GEMM (`true`: same rounding class as the CPU and
     /// transformers in f32) or the backend's fast default (`false`; CUDA: f16 operands on the
     /// tensor cores). Reference-parity tests turn it on; on CUDA `POCKET_PREFILL=exact` sets it
-    /// when the backend opens. Backends whose matmul is f32 throughout (the CPU) ignore it.
+    /// when the backend opens. The CPU ignores it: its prefill rounds activations exactly as its
+    /// decode does (int8, like llama.cpp), which is what CUDA's GGML paths are compared against;
+    /// for f32 activations on the CPU see [`Backend::set_exact_arithmetic`].
     /// On CUDA it changes FP8 weights' prefill; float weights (F32/F16/BF16) always take the f32
     /// GEMV, and the GGML formats' prefill already rounds activations as the CPU's int8 dot does.
     fn set_exact_prefill(&self, exact: bool) {
@@ -293,6 +295,21 @@ pub trait Backend: Send + Sync {
     /// for backends with no faster mode.
     fn exact_prefill(&self) -> bool {
         true
+    }
+
+    /// Selects the backend's most exact arithmetic in every matmul, prefill and decode alike
+    /// (`false`: the fast default). Per backend: the CPU multiplies f32 activations by weights
+    /// dequantized row by row (no int8 activation quantization; the arithmetic of the f32 numpy
+    /// reference), several times slower than its int8 dot; CUDA (the default here) means
+    /// [`Backend::set_exact_prefill`]: no f16/FP8 prefill shortcuts, GGML formats keep their int8
+    /// activations. The real-checkpoint tests use it to hold the engine to f32 references.
+    fn set_exact_arithmetic(&self, exact: bool) {
+        self.set_exact_prefill(exact);
+    }
+
+    /// Whether [`Backend::set_exact_arithmetic`] is on (default: [`Backend::exact_prefill`]).
+    fn exact_arithmetic(&self) -> bool {
+        self.exact_prefill()
     }
 }
 

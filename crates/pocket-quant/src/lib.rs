@@ -26,5 +26,5 @@ pub use codec::{
 };
 pub use error::{QuantError, Result};
 pub use format::{ActFormat, QuantFormat, ScaleLayout};
-pub use matmul::{matmul, matmul_serial, matmul_with, simd_level, SimdLevel};
+pub use matmul::{matmul, matmul_exact, matmul_serial, matmul_with, simd_level, SimdLevel};
 pub use pocket_formats::ggml_type::GgmlType;

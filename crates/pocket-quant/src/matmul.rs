@@ -8,6 +8,9 @@ use crate::format::ActFormat;
 use rayon::prelude::*;
 use std::cell::Cell;
 
+pub use exact::matmul_exact;
+
+mod exact;
 #[cfg(target_arch = "x86_64")]
 mod pool;
 #[cfg(target_arch = "x86_64")]

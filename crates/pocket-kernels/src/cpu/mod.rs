@@ -20,12 +20,17 @@ use crate::{
 };
 
 /// The CPU backend.
-pub struct CpuBackend {}
+pub struct CpuBackend {
+    /// f32 activations in every matmul ([`Backend::set_exact_arithmetic`]); off by default.
+    exact: std::sync::atomic::AtomicBool,
+}
 
 impl CpuBackend {
     /// A CPU backend over the global rayon pool.
     pub fn new() -> Self {
-        CpuBackend {}
+        CpuBackend {
+            exact: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 }
 
@@ -82,6 +87,15 @@ fn host_memory() -> Option<crate::backend::MemoryInfo> {
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         "cpu".into()
+    }
+
+    fn set_exact_arithmetic(&self, exact: bool) {
+        self.exact
+            .store(exact, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn exact_arithmetic(&self) -> bool {
+        self.exact.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn memory_info(&self) -> Option<crate::backend::MemoryInfo> {
@@ -216,7 +230,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
-        matmul::matmul(x, w, out)
+        matmul::matmul(x, w, out, self.exact_arithmetic())
     }
 
     fn add_bias(&self, x: &mut Tensor, bias: &Tensor) -> Result<()> {
