@@ -73,7 +73,10 @@ pub fn run(_args: &[String]) -> Result<(), String> {
         .arg(&rs)
         .status();
     if !matches!(fmt, Ok(s) if s.success()) {
-        eprintln!("warning: rustfmt of {} failed; run `cargo fmt`", rs.display());
+        eprintln!(
+            "warning: rustfmt of {} failed; run `cargo fmt`",
+            rs.display()
+        );
     }
     eprintln!("wrote {} modules to {}", modules.len(), out_dir.display());
     Ok(())
