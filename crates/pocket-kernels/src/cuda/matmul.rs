@@ -10,8 +10,9 @@
 //! pairing), for the GEMV and, as f16 values of q * d, for the prefill GEMM, so the two backends
 //! multiply the same activation values.
 
-use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
+use cudarc::cublas::sys as bsys;
 
+use super::cublas::ChunkedGemm;
 use super::kernels::{DevFormat, Kernel, Rows};
 use super::memory::CudaWeight;
 use super::{CudaBackend, Scratch};
@@ -436,22 +437,19 @@ fn gemm_cublas(
             args![x, x16, total as u64],
         )?,
     }
-    let mut blas_guard = be
-        .blas
-        .lock()
-        .map_err(|_| shape_err(OP, "cuBLAS lock poisoned"))?;
-    if blas_guard.is_none() {
-        let h = CudaBlas::new(be.stream.clone()).map_err(|e| KernelError::Cuda {
-            op: OP,
-            msg: format!("cuBLAS init: {e}"),
-        })?;
-        *blas_guard = Some(h);
-    }
-    let handle = *blas_guard
-        .as_ref()
-        .map(|b| b.handle())
-        .ok_or_else(|| shape_err(OP, "no cuBLAS handle"))?;
-    let (alpha, beta) = (1.0f32, 0.0f32);
+    let (_blas_guard, handle) = super::cublas::lock_handle(be, OP)?;
+    let gemm = ChunkedGemm {
+        handle,
+        op: OP,
+        ty: bsys::cudaDataType::CUDA_R_16F,
+        compute: bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        alpha: 1.0,
+        rows,
+        cols,
+        n,
+        x: x16,
+        out,
+    };
     for r0 in (0..rows).step_by(chunk_rows) {
         let nr = chunk_rows.min(rows - r0);
         let elems = nr * cols / 16;
@@ -462,34 +460,8 @@ fn gemm_cublas(
             256,
             args![w, w16, rows as i32, cols as i32, r0 as i32, nr as i32],
         )?;
-        // Column-major view: C[nr, n] (ld rows) = W16[cols, nr]ᵀ · X16[cols, n].
-        unsafe {
-            blas::gemm_ex(
-                handle,
-                bsys::cublasOperation_t::CUBLAS_OP_T,
-                bsys::cublasOperation_t::CUBLAS_OP_N,
-                nr as i32,
-                n as i32,
-                cols as i32,
-                &alpha as *const f32 as *const _,
-                w16 as *const _,
-                bsys::cudaDataType::CUDA_R_16F,
-                cols as i32,
-                x16 as *const _,
-                bsys::cudaDataType::CUDA_R_16F,
-                cols as i32,
-                &beta as *const f32 as *const _,
-                (out + (r0 * 4) as u64) as *mut _,
-                bsys::cudaDataType::CUDA_R_32F,
-                rows as i32,
-                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| KernelError::Cuda {
-            op: OP,
-            msg: format!("cublasGemmEx [{nr}x{n}x{cols}]: {e}"),
-        })?;
+        // SAFETY: `w16` holds this chunk's `nr` rows, `x16` the `n` converted activation rows.
+        unsafe { gemm.chunk(w16, r0, nr) }?;
     }
     Ok(())
 }

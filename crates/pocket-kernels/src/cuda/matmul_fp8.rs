@@ -34,9 +34,10 @@
 //! A fused FP8-tile GEMM (dequantize into shared memory before `mma.sync`, or Hopper's native
 //! FP8 `wgmma`) is the next step if the prefill profile asks.
 
-use cudarc::cublas::{result as blas, sys as bsys, CudaBlas};
+use cudarc::cublas::sys as bsys;
 use pocket_quant::QuantFormat;
 
+use super::cublas::ChunkedGemm;
 use super::kernels::Kernel;
 use super::matmul::GEMV_MAX_ROWS;
 use super::memory::{cuda_err, CudaWeight, WeightLayout};
@@ -373,22 +374,19 @@ fn gemm(
         )?;
         x16
     };
-    let mut blas_guard = be
-        .blas
-        .lock()
-        .map_err(|_| shape_err(OP, "cuBLAS lock poisoned"))?;
-    if blas_guard.is_none() {
-        let h = CudaBlas::new(be.stream.clone()).map_err(|e| KernelError::Cuda {
-            op: OP,
-            msg: format!("cuBLAS init: {e}"),
-        })?;
-        *blas_guard = Some(h);
-    }
-    let handle = *blas_guard
-        .as_ref()
-        .map(|b| b.handle())
-        .ok_or_else(|| shape_err(OP, "no cuBLAS handle"))?;
-    let (alpha, beta) = (tscale, 0.0f32);
+    let (_blas_guard, handle) = super::cublas::lock_handle(be, OP)?;
+    let gemm = ChunkedGemm {
+        handle,
+        op: OP,
+        ty,
+        compute,
+        alpha: tscale,
+        rows,
+        cols,
+        n,
+        x: xg,
+        out,
+    };
     for r0 in (0..rows).step_by(chunk_rows) {
         let nr = chunk_rows.min(rows - r0);
         let chunks = nr * cols / 16;
@@ -399,34 +397,8 @@ fn gemm(
             256,
             args![w, scales, wc, cols as i32, r0 as i32, nr as i32],
         )?;
-        // Column-major view: C[nr, n] (ld rows) = Wc[cols, nr]ᵀ · X[cols, n].
-        unsafe {
-            blas::gemm_ex(
-                handle,
-                bsys::cublasOperation_t::CUBLAS_OP_T,
-                bsys::cublasOperation_t::CUBLAS_OP_N,
-                nr as i32,
-                n as i32,
-                cols as i32,
-                &alpha as *const f32 as *const _,
-                wc as *const _,
-                ty,
-                cols as i32,
-                xg as *const _,
-                ty,
-                cols as i32,
-                &beta as *const f32 as *const _,
-                (out + (r0 * 4) as u64) as *mut _,
-                bsys::cudaDataType::CUDA_R_32F,
-                rows as i32,
-                compute,
-                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| KernelError::Cuda {
-            op: OP,
-            msg: format!("cublasGemmEx [{nr}x{n}x{cols}]: {e}"),
-        })?;
+        // SAFETY: `wc` holds this chunk's `nr` rows, `xg` the `n` activation rows of type `ty`.
+        unsafe { gemm.chunk(wc, r0, nr) }?;
     }
     Ok(())
 }

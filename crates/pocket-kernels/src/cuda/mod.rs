@@ -17,6 +17,7 @@ macro_rules! args {
 pub mod artifacts;
 mod attn;
 mod backend_impl;
+mod cublas;
 pub mod graph;
 pub mod kernels;
 mod matmul;
