@@ -7,7 +7,8 @@
 //! `has_state[s]` is 0 the sequence starts fresh: the ops read zeros instead of the slot, so a
 //! reused slot never needs clearing, and they write the slot's new state either way.
 
-use crate::Tensor;
+use crate::error::shape_err;
+use crate::{Result, Tensor};
 
 /// Per-batch index tensors of a recurrent layer (all u32).
 pub struct RecurrentMeta {
@@ -67,4 +68,229 @@ impl DeltaRuleParams {
     pub fn qkv_width(&self) -> usize {
         2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
     }
+}
+
+// Shape and metadata validation shared by the backends, so each op rejects the same inputs with
+// the same messages on CPU and CUDA. Each backend calls these in its own order around its
+// backend-only checks (host storage, kernel limits).
+
+/// One sequence of a recurrent batch, as read from [`RecurrentMeta`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SeqSpan {
+    /// First row.
+    pub start: usize,
+    /// One past the last row.
+    pub end: usize,
+    /// State slot.
+    pub slot: usize,
+    /// Whether the slot holds prior state (else start from zeros).
+    pub has_state: bool,
+}
+
+/// Validates the batch description read from a [`RecurrentMeta`] of `s` sequences (`qs`, `sl`,
+/// `hs`: its `query_start`, `state_slots`, `has_state` values): rows in order within `rows`,
+/// slots below `slots` and distinct (two sequences writing one slot would race).
+pub(crate) fn seq_spans(
+    op: &'static str,
+    s: usize,
+    qs: &[u32],
+    sl: &[u32],
+    hs: &[u32],
+    rows: usize,
+    slots: usize,
+) -> Result<Vec<SeqSpan>> {
+    if qs.len() < s + 1 || sl.len() < s || hs.len() < s {
+        return Err(shape_err(
+            op,
+            format!("metadata shorter than {s} sequences"),
+        ));
+    }
+    if qs[0] != 0 || qs[s] as usize != rows {
+        return Err(shape_err(
+            op,
+            format!(
+                "query_start spans {}..{}, the batch has {rows} rows",
+                qs[0], qs[s]
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(s);
+    let mut seen = vec![false; slots];
+    for i in 0..s {
+        let (start, end, slot) = (qs[i] as usize, qs[i + 1] as usize, sl[i] as usize);
+        if end < start {
+            return Err(shape_err(
+                op,
+                format!("query_start decreases at sequence {i}"),
+            ));
+        }
+        if slot >= slots {
+            return Err(shape_err(
+                op,
+                format!("state slot {slot} of sequence {i} is outside the pool of {slots}"),
+            ));
+        }
+        if std::mem::replace(&mut seen[slot], true) {
+            return Err(shape_err(op, format!("state slot {slot} is used twice")));
+        }
+        out.push(SeqSpan {
+            start,
+            end,
+            slot,
+            has_state: hs[i] != 0,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks the causal conv's `weight` is `[c, k]` with `k > 0` and returns `k`.
+pub(crate) fn conv_taps(op: &'static str, weight: &Tensor, c: usize) -> Result<usize> {
+    if weight.shape.len() != 2 || weight.shape[0] != c || weight.shape[1] == 0 {
+        return Err(shape_err(
+            op,
+            format!("weight {:?} does not fit {c} channels", weight.shape),
+        ));
+    }
+    Ok(weight.shape[1])
+}
+
+/// Checks the conv state pool is `[slots, win, c]` and returns `slots`.
+pub(crate) fn conv_state_slots(
+    op: &'static str,
+    conv_state: &Tensor,
+    win: usize,
+    c: usize,
+) -> Result<usize> {
+    if conv_state.shape.len() != 3 || conv_state.shape[1..] != [win, c] {
+        return Err(shape_err(
+            op,
+            format!(
+                "conv_state {:?} is not [slots, {win}, {c}]",
+                conv_state.shape
+            ),
+        ));
+    }
+    Ok(conv_state.shape[0])
+}
+
+/// Checks the delta-rule gates' shapes: `h` heads (`a_neg`'s length, `dt_len` that of `dt_bias`)
+/// matching `alpha`'s rows, and `b`, `g`, `beta` as large as `alpha`.
+pub(crate) fn check_gates(
+    op: &'static str,
+    h: usize,
+    dt_len: usize,
+    alpha: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+) -> Result<()> {
+    if h == 0 || dt_len != h || alpha.row_len() != h {
+        return Err(shape_err(
+            op,
+            format!(
+                "alpha rows of {}, a_neg of {h}, dt_bias of {dt_len}",
+                alpha.row_len()
+            ),
+        ));
+    }
+    for (name, t) in [("b", b), ("g", g), ("beta", beta)] {
+        if t.numel() != alpha.numel() {
+            return Err(shape_err(
+                op,
+                format!(
+                    "`{name}` has {} elements, alpha {}",
+                    t.numel(),
+                    alpha.numel()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Validated geometry of a delta-rule call.
+pub(crate) struct DeltaRuleGeometry {
+    /// Token rows in the batch.
+    pub n: usize,
+    /// Slots of the state pool.
+    pub slots: usize,
+}
+
+/// Checks a delta-rule call's params and tensor shapes against each other.
+pub(crate) fn check_delta_rule(
+    op: &'static str,
+    qkv: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    state: &Tensor,
+    p: &DeltaRuleParams,
+    out: &Tensor,
+) -> Result<DeltaRuleGeometry> {
+    if p.k_heads == 0 || p.v_heads == 0 || !p.v_heads.is_multiple_of(p.k_heads) {
+        return Err(shape_err(
+            op,
+            format!(
+                "{} value heads cannot share {} key heads",
+                p.v_heads, p.k_heads
+            ),
+        ));
+    }
+    if p.k_dim == 0 || p.v_dim == 0 {
+        return Err(shape_err(op, "zero head dimension"));
+    }
+    if qkv.row_len() != p.qkv_width() {
+        return Err(shape_err(
+            op,
+            format!(
+                "qkv rows of {}, params need {}",
+                qkv.row_len(),
+                p.qkv_width()
+            ),
+        ));
+    }
+    let n = qkv.rows();
+    for (name, t, want) in [
+        ("g", g, n * p.v_heads),
+        ("beta", beta, n * p.v_heads),
+        ("out", out, n * p.v_heads * p.v_dim),
+    ] {
+        if t.numel() != want {
+            return Err(shape_err(
+                op,
+                format!("`{name}` has {} elements, expected {want}", t.numel()),
+            ));
+        }
+    }
+    if state.shape.len() != 4 || state.shape[1..] != [p.v_heads, p.k_dim, p.v_dim] {
+        return Err(shape_err(
+            op,
+            format!(
+                "state {:?} is not [slots, {}, {}, {}]",
+                state.shape, p.v_heads, p.k_dim, p.v_dim
+            ),
+        ));
+    }
+    Ok(DeltaRuleGeometry {
+        n,
+        slots: state.shape[0],
+    })
+}
+
+/// Checks `numel` elements form whole rows of a `d`-wide gated RMSNorm weight.
+pub(crate) fn check_norm_rows(op: &'static str, numel: usize, d: usize) -> Result<()> {
+    if d == 0 || !numel.is_multiple_of(d) {
+        return Err(shape_err(
+            op,
+            format!("{numel} elements are not rows of {d}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a row of `w` splits into two halves and returns the half width.
+pub(crate) fn half_width(op: &'static str, w: usize) -> Result<usize> {
+    if w == 0 || !w.is_multiple_of(2) {
+        return Err(shape_err(op, format!("row of {w} cannot be halved")));
+    }
+    Ok(w / 2)
 }

@@ -10,10 +10,9 @@
 
 use rayon::prelude::*;
 
-use super::deltanet::{spans, SeqSpan};
+use super::deltanet::spans;
 use super::host::{f32s, f32s_mut};
-use crate::error::shape_err;
-use crate::recurrent::{DeltaRuleParams, RecurrentMeta};
+use crate::recurrent::{check_delta_rule, DeltaRuleParams, RecurrentMeta, SeqSpan};
 use crate::{Result, Tensor};
 
 /// Chunk length of the parallel form (transformers' default, so chunk boundaries match).
@@ -46,71 +45,6 @@ fn vec_mat(x: &[f32], s: &[f32], dv: usize, out: &mut [f32]) {
     }
 }
 
-/// Validated geometry of a call.
-struct Geometry {
-    n: usize,
-    slots: usize,
-}
-
-fn check(
-    op: &'static str,
-    qkv: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
-    state: &Tensor,
-    p: &DeltaRuleParams,
-    out: &Tensor,
-) -> Result<Geometry> {
-    if p.k_heads == 0 || p.v_heads == 0 || !p.v_heads.is_multiple_of(p.k_heads) {
-        return Err(shape_err(
-            op,
-            format!(
-                "{} value heads cannot share {} key heads",
-                p.v_heads, p.k_heads
-            ),
-        ));
-    }
-    if p.k_dim == 0 || p.v_dim == 0 {
-        return Err(shape_err(op, "zero head dimension"));
-    }
-    if qkv.row_len() != p.qkv_width() {
-        return Err(shape_err(
-            op,
-            format!(
-                "qkv rows of {}, params need {}",
-                qkv.row_len(),
-                p.qkv_width()
-            ),
-        ));
-    }
-    let n = qkv.rows();
-    for (name, t, want) in [
-        ("g", g, n * p.v_heads),
-        ("beta", beta, n * p.v_heads),
-        ("out", out, n * p.v_heads * p.v_dim),
-    ] {
-        if t.numel() != want {
-            return Err(shape_err(
-                op,
-                format!("`{name}` has {} elements, expected {want}", t.numel()),
-            ));
-        }
-    }
-    if state.shape.len() != 4 || state.shape[1..] != [p.v_heads, p.k_dim, p.v_dim] {
-        return Err(shape_err(
-            op,
-            format!(
-                "state {:?} is not [slots, {}, {}, {}]",
-                state.shape, p.v_heads, p.k_dim, p.v_dim
-            ),
-        ));
-    }
-    Ok(Geometry {
-        n,
-        slots: state.shape[0],
-    })
-}
-
 /// Both forms: gathers each item's inputs, runs `form` on it in parallel, scatters the results.
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -124,7 +58,7 @@ fn run(
     out: &mut Tensor,
     chunked: bool,
 ) -> Result<()> {
-    let geo = check(op, qkv, g, beta, state, p, out)?;
+    let geo = check_delta_rule(op, qkv, g, beta, state, p, out)?;
     let spans = spans(op, meta, geo.n, geo.slots)?;
     let (hk, hv, dk, dv) = (p.k_heads, p.v_heads, p.k_dim, p.v_dim);
     let width = p.qkv_width();

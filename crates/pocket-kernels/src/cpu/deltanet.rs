@@ -5,80 +5,27 @@
 use rayon::prelude::*;
 
 use super::host::{f32s, f32s_mut, same_len, u32s};
-use crate::error::shape_err;
-use crate::recurrent::RecurrentMeta;
+use crate::recurrent::{
+    check_gates, check_norm_rows, conv_state_slots, conv_taps, half_width, seq_spans,
+    RecurrentMeta, SeqSpan,
+};
 use crate::{Result, Tensor};
 
 /// Elements below which an op runs on the calling thread.
 const PAR_MIN: usize = 1 << 14;
 
-/// One sequence of a recurrent batch, as read from [`RecurrentMeta`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SeqSpan {
-    /// First row.
-    pub start: usize,
-    /// One past the last row.
-    pub end: usize,
-    /// State slot.
-    pub slot: usize,
-    /// Whether the slot holds prior state (else start from zeros).
-    pub has_state: bool,
-}
-
-/// Reads and validates the batch description: rows in order within `rows`, slots below `slots`
-/// and distinct (two sequences writing one slot would race).
+/// Reads the batch description from host memory and validates it
+/// ([`crate::recurrent::seq_spans`]).
 pub(crate) fn spans(
     op: &'static str,
     meta: &RecurrentMeta,
     rows: usize,
     slots: usize,
 ) -> Result<Vec<SeqSpan>> {
-    let s = meta.num_seqs;
     let qs = u32s(op, "query_start", &meta.query_start)?;
     let sl = u32s(op, "state_slots", &meta.state_slots)?;
     let hs = u32s(op, "has_state", &meta.has_state)?;
-    if qs.len() < s + 1 || sl.len() < s || hs.len() < s {
-        return Err(shape_err(
-            op,
-            format!("metadata shorter than {s} sequences"),
-        ));
-    }
-    if qs[0] != 0 || qs[s] as usize != rows {
-        return Err(shape_err(
-            op,
-            format!(
-                "query_start spans {}..{}, the batch has {rows} rows",
-                qs[0], qs[s]
-            ),
-        ));
-    }
-    let mut out = Vec::with_capacity(s);
-    let mut seen = vec![false; slots];
-    for i in 0..s {
-        let (start, end, slot) = (qs[i] as usize, qs[i + 1] as usize, sl[i] as usize);
-        if end < start {
-            return Err(shape_err(
-                op,
-                format!("query_start decreases at sequence {i}"),
-            ));
-        }
-        if slot >= slots {
-            return Err(shape_err(
-                op,
-                format!("state slot {slot} of sequence {i} is outside the pool of {slots}"),
-            ));
-        }
-        if std::mem::replace(&mut seen[slot], true) {
-            return Err(shape_err(op, format!("state slot {slot} is used twice")));
-        }
-        out.push(SeqSpan {
-            start,
-            end,
-            slot,
-            has_state: hs[i] != 0,
-        });
-    }
-    Ok(out)
+    seq_spans(op, meta.num_seqs, qs, sl, hs, rows, slots)
 }
 
 #[inline]
@@ -112,26 +59,11 @@ pub(crate) fn causal_conv1d_silu(
     const OP: &str = "causal_conv1d_silu";
     let c = x.row_len();
     let n = x.rows();
-    if weight.shape.len() != 2 || weight.shape[0] != c || weight.shape[1] == 0 {
-        return Err(shape_err(
-            OP,
-            format!("weight {:?} does not fit {c} channels", weight.shape),
-        ));
-    }
-    let k = weight.shape[1];
+    let k = conv_taps(OP, weight, c)?;
     let win = k - 1;
     same_len(OP, "x and out elements", x.numel(), out.numel())?;
     let per_slot = win * c;
-    if conv_state.shape.len() != 3 || conv_state.shape[1..] != [win, c] {
-        return Err(shape_err(
-            OP,
-            format!(
-                "conv_state {:?} is not [slots, {win}, {c}]",
-                conv_state.shape
-            ),
-        ));
-    }
-    let slots = conv_state.shape[0];
+    let slots = conv_state_slots(OP, conv_state, win, c)?;
     let spans = spans(OP, meta, n, slots)?;
     let w = f32s(OP, "weight", weight)?;
     let xs = f32s(OP, "x", x)?;
@@ -179,28 +111,7 @@ pub(crate) fn delta_gates(
     let an = f32s(OP, "a_neg", a_neg)?;
     let dt = f32s(OP, "dt_bias", dt_bias)?;
     let h = an.len();
-    if h == 0 || dt.len() != h || alpha.row_len() != h {
-        return Err(shape_err(
-            OP,
-            format!(
-                "alpha rows of {}, a_neg of {h}, dt_bias of {}",
-                alpha.row_len(),
-                dt.len()
-            ),
-        ));
-    }
-    for (name, t) in [("b", b), ("g", &*g), ("beta", &*beta)] {
-        if t.numel() != alpha.numel() {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "`{name}` has {} elements, alpha {}",
-                    t.numel(),
-                    alpha.numel()
-                ),
-            ));
-        }
-    }
+    check_gates(OP, h, dt.len(), alpha, b, g, beta)?;
     let al = f32s(OP, "alpha", alpha)?;
     let bs = f32s(OP, "b", b)?;
     let gs = f32s_mut(OP, "g", g)?;
@@ -226,12 +137,7 @@ pub(crate) fn gated_rms_norm(
     const OP: &str = "gated_rms_norm";
     let w = f32s(OP, "weight", weight)?;
     let d = w.len();
-    if d == 0 || !x.numel().is_multiple_of(d) {
-        return Err(shape_err(
-            OP,
-            format!("{} elements are not rows of {d}", x.numel()),
-        ));
-    }
+    check_norm_rows(OP, x.numel(), d)?;
     same_len(OP, "x and gate elements", x.numel(), gate.numel())?;
     same_len(OP, "x and out elements", x.numel(), out.numel())?;
     let xs = f32s(OP, "x", x)?;
@@ -262,10 +168,7 @@ pub(crate) fn gated_rms_norm(
 pub(crate) fn split_halves(x: &Tensor, first: &mut Tensor, second: &mut Tensor) -> Result<()> {
     const OP: &str = "split_halves";
     let w = x.row_len();
-    if w == 0 || !w.is_multiple_of(2) {
-        return Err(shape_err(OP, format!("row of {w} cannot be halved")));
-    }
-    let d = w / 2;
+    let d = half_width(OP, w)?;
     same_len(OP, "first elements", first.numel(), x.numel() / 2)?;
     same_len(OP, "second elements", second.numel(), x.numel() / 2)?;
     let xs = f32s(OP, "x", x)?;

@@ -5,7 +5,10 @@
 use super::kernels::Kernel;
 use super::CudaBackend;
 use crate::error::shape_err;
-use crate::recurrent::{DeltaRuleParams, HeadGrouping, RecurrentMeta};
+use crate::recurrent::{
+    check_delta_rule, check_gates, check_norm_rows, conv_state_slots, conv_taps, half_width,
+    seq_spans, DeltaRuleParams, HeadGrouping, RecurrentMeta,
+};
 use crate::{DType, KernelError, Result, Tensor};
 
 /// Threads per block of the elementwise kernels.
@@ -29,9 +32,8 @@ fn same_len(op: &'static str, what: &str, a: usize, b: usize) -> Result<()> {
     Ok(())
 }
 
-/// Device addresses of the batch metadata after validating it exactly as the CPU backend does:
-/// rows in order covering `rows`, slots below `slots` and distinct (two sequences writing one
-/// slot would race).
+/// Device addresses of the batch metadata after validating it as the CPU backend does
+/// ([`seq_spans`]: rows in order covering `rows`, slots below `slots` and distinct).
 fn check_meta(
     be: &CudaBackend,
     op: &'static str,
@@ -39,44 +41,10 @@ fn check_meta(
     rows: usize,
     slots: usize,
 ) -> Result<(u64, u64, u64)> {
-    let s = meta.num_seqs;
     let qs = be.host_u32(op, "query_start", &meta.query_start)?;
     let sl = be.host_u32(op, "state_slots", &meta.state_slots)?;
     let hs = be.host_u32(op, "has_state", &meta.has_state)?;
-    if qs.len() < s + 1 || sl.len() < s || hs.len() < s {
-        return Err(shape_err(
-            op,
-            format!("metadata shorter than {s} sequences"),
-        ));
-    }
-    if qs[0] != 0 || qs[s] as usize != rows {
-        return Err(shape_err(
-            op,
-            format!(
-                "query_start spans {}..{}, the batch has {rows} rows",
-                qs[0], qs[s]
-            ),
-        ));
-    }
-    let mut seen = vec![false; slots];
-    for i in 0..s {
-        if qs[i + 1] < qs[i] {
-            return Err(shape_err(
-                op,
-                format!("query_start decreases at sequence {i}"),
-            ));
-        }
-        let slot = sl[i] as usize;
-        if slot >= slots {
-            return Err(shape_err(
-                op,
-                format!("state slot {slot} of sequence {i} is outside the pool of {slots}"),
-            ));
-        }
-        if std::mem::replace(&mut seen[slot], true) {
-            return Err(shape_err(op, format!("state slot {slot} is used twice")));
-        }
-    }
+    seq_spans(op, meta.num_seqs, &qs, &sl, &hs, rows, slots)?;
     Ok((
         be.ptr_of(op, "query_start", &meta.query_start, DType::U32)?,
         be.ptr_of(op, "state_slots", &meta.state_slots, DType::U32)?,
@@ -100,13 +68,7 @@ pub(crate) fn causal_conv1d_silu(
     const OP: &str = "causal_conv1d_silu";
     let c = x.row_len();
     let n = x.rows();
-    if weight.shape.len() != 2 || weight.shape[0] != c || weight.shape[1] == 0 {
-        return Err(shape_err(
-            OP,
-            format!("weight {:?} does not fit {c} channels", weight.shape),
-        ));
-    }
-    let k = weight.shape[1];
+    let k = conv_taps(OP, weight, c)?;
     if k > CONV_MAX_K {
         return Err(KernelError::Unsupported {
             op: OP,
@@ -116,16 +78,8 @@ pub(crate) fn causal_conv1d_silu(
     }
     let win = k - 1;
     same_len(OP, "x and out elements", x.numel(), out.numel())?;
-    if conv_state.shape.len() != 3 || conv_state.shape[1..] != [win, c] {
-        return Err(shape_err(
-            OP,
-            format!(
-                "conv_state {:?} is not [slots, {win}, {c}]",
-                conv_state.shape
-            ),
-        ));
-    }
-    let (qs, sl, hs) = check_meta(be, OP, meta, n, conv_state.shape[0])?;
+    let slots = conv_state_slots(OP, conv_state, win, c)?;
+    let (qs, sl, hs) = check_meta(be, OP, meta, n, slots)?;
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
     let wp = be.ptr_of(OP, "weight", weight, DType::F32)?;
     let sp = be.ptr_of(OP, "conv_state", conv_state, DType::F32)?;
@@ -150,28 +104,7 @@ pub(crate) fn delta_gates(
 ) -> Result<()> {
     const OP: &str = "delta_gates";
     let h = a_neg.numel();
-    if h == 0 || dt_bias.numel() != h || alpha.row_len() != h {
-        return Err(shape_err(
-            OP,
-            format!(
-                "alpha rows of {}, a_neg of {h}, dt_bias of {}",
-                alpha.row_len(),
-                dt_bias.numel()
-            ),
-        ));
-    }
-    for (name, t) in [("b", b), ("g", &*g), ("beta", &*beta)] {
-        if t.numel() != alpha.numel() {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "`{name}` has {} elements, alpha {}",
-                    t.numel(),
-                    alpha.numel()
-                ),
-            ));
-        }
-    }
+    check_gates(OP, h, dt_bias.numel(), alpha, b, g, beta)?;
     let ap = be.ptr_of(OP, "alpha", alpha, DType::F32)?;
     let bp = be.ptr_of(OP, "b", b, DType::F32)?;
     let anp = be.ptr_of(OP, "a_neg", a_neg, DType::F32)?;
@@ -202,50 +135,8 @@ pub(crate) fn gated_delta_rule(
     p: &DeltaRuleParams,
     out: &mut Tensor,
 ) -> Result<()> {
-    if p.k_heads == 0 || p.v_heads == 0 || !p.v_heads.is_multiple_of(p.k_heads) {
-        return Err(shape_err(
-            op,
-            format!(
-                "{} value heads cannot share {} key heads",
-                p.v_heads, p.k_heads
-            ),
-        ));
-    }
-    if p.k_dim == 0 || p.v_dim == 0 {
-        return Err(shape_err(op, "zero head dimension"));
-    }
-    if qkv.row_len() != p.qkv_width() {
-        return Err(shape_err(
-            op,
-            format!(
-                "qkv rows of {}, params need {}",
-                qkv.row_len(),
-                p.qkv_width()
-            ),
-        ));
-    }
-    let n = qkv.rows();
-    for (name, t, want) in [
-        ("g", g, n * p.v_heads),
-        ("beta", beta, n * p.v_heads),
-        ("out", &*out, n * p.v_heads * p.v_dim),
-    ] {
-        if t.numel() != want {
-            return Err(shape_err(
-                op,
-                format!("`{name}` has {} elements, expected {want}", t.numel()),
-            ));
-        }
-    }
-    if state.shape.len() != 4 || state.shape[1..] != [p.v_heads, p.k_dim, p.v_dim] {
-        return Err(shape_err(
-            op,
-            format!(
-                "state {:?} is not [slots, {}, {}, {}]",
-                state.shape, p.v_heads, p.k_dim, p.v_dim
-            ),
-        ));
-    }
+    let geo = check_delta_rule(op, qkv, g, beta, state, p, out)?;
+    let n = geo.n;
     // R warps of DR_RPT rows each cover the k_dim rows of a 32-column slab.
     let warps = p.k_dim.div_ceil(DR_RPT);
     let threads = 32 * warps;
@@ -260,7 +151,7 @@ pub(crate) fn gated_delta_rule(
             ),
         });
     }
-    let (qs, sl, hs) = check_meta(be, op, meta, n, state.shape[0])?;
+    let (qs, sl, hs) = check_meta(be, op, meta, n, geo.slots)?;
     let xp = be.ptr_of(op, "qkv", qkv, DType::F32)?;
     let gp = be.ptr_of(op, "g", g, DType::F32)?;
     let bp = be.ptr_of(op, "beta", beta, DType::F32)?;
@@ -315,12 +206,7 @@ pub(crate) fn gated_rms_norm(
 ) -> Result<()> {
     const OP: &str = "gated_rms_norm";
     let d = weight.numel();
-    if d == 0 || !x.numel().is_multiple_of(d) {
-        return Err(shape_err(
-            OP,
-            format!("{} elements are not rows of {d}", x.numel()),
-        ));
-    }
+    check_norm_rows(OP, x.numel(), d)?;
     same_len(OP, "x and gate elements", x.numel(), gate.numel())?;
     same_len(OP, "x and out elements", x.numel(), out.numel())?;
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
@@ -348,10 +234,7 @@ pub(crate) fn split_halves(
 ) -> Result<()> {
     const OP: &str = "split_halves";
     let w = x.row_len();
-    if w == 0 || !w.is_multiple_of(2) {
-        return Err(shape_err(OP, format!("row of {w} cannot be halved")));
-    }
-    let d = w / 2;
+    let d = half_width(OP, w)?;
     same_len(OP, "first elements", first.numel(), x.numel() / 2)?;
     same_len(OP, "second elements", second.numel(), x.numel() / 2)?;
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
