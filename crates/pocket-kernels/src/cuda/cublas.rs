@@ -59,11 +59,31 @@ pub(crate) struct ChunkedGemm {
 }
 
 impl ChunkedGemm {
+    /// Runs the whole GEMM in chunks of `chunk_rows` weight rows: `expand(r0, nr)` writes weight
+    /// rows `r0..r0 + nr` into `wc` as `[nr, cols]` of type `ty`, then cuBLAS multiplies them.
+    ///
+    /// # Safety
+    /// As for [`ChunkedGemm::chunk`], with `wc` large enough for `chunk_rows` rows.
+    pub(crate) unsafe fn run(
+        &self,
+        chunk_rows: usize,
+        wc: u64,
+        mut expand: impl FnMut(usize, usize) -> Result<()>,
+    ) -> Result<()> {
+        for r0 in (0..self.rows).step_by(chunk_rows) {
+            let nr = chunk_rows.min(self.rows - r0);
+            expand(r0, nr)?;
+            // SAFETY: `expand` just filled `wc` with this chunk's `nr` rows.
+            unsafe { self.chunk(wc, r0, nr) }?;
+        }
+        Ok(())
+    }
+
     /// Writes output columns `r0..r0 + nr` from the expanded weight rows `wc` (`[nr, cols]`).
     ///
     /// # Safety
     /// `wc`, `x` and `out` must be live device buffers of the sizes above, on the handle's stream.
-    pub(crate) unsafe fn chunk(&self, wc: u64, r0: usize, nr: usize) -> Result<()> {
+    unsafe fn chunk(&self, wc: u64, r0: usize, nr: usize) -> Result<()> {
         let (n, cols) = (self.n, self.cols);
         let (alpha, beta) = (self.alpha, 0.0f32);
         // Column-major view: C[nr, n] (ld rows) = Wc[cols, nr]ᵀ · X[cols, n].

@@ -450,18 +450,17 @@ fn gemm_cublas(
         x: x16,
         out,
     };
-    for r0 in (0..rows).step_by(chunk_rows) {
-        let nr = chunk_rows.min(rows - r0);
-        let elems = nr * cols / 16;
-        be.launch(
-            OP,
-            Kernel::DequantF16(f),
-            (elems.div_ceil(256) as u32, 1, 1),
-            256,
-            args![w, w16, rows as i32, cols as i32, r0 as i32, nr as i32],
-        )?;
-        // SAFETY: `w16` holds this chunk's `nr` rows, `x16` the `n` converted activation rows.
-        unsafe { gemm.chunk(w16, r0, nr) }?;
+    // SAFETY: `w16` holds `chunk_rows` rows of `cols` f16, `x16` the `n` converted activation rows.
+    unsafe {
+        gemm.run(chunk_rows, w16, |r0, nr| {
+            let elems = nr * cols / 16;
+            be.launch(
+                OP,
+                Kernel::DequantF16(f),
+                (elems.div_ceil(256) as u32, 1, 1),
+                256,
+                args![w, w16, rows as i32, cols as i32, r0 as i32, nr as i32],
+            )
+        })
     }
-    Ok(())
 }

@@ -387,20 +387,20 @@ fn gemm(
         x: xg,
         out,
     };
-    for r0 in (0..rows).step_by(chunk_rows) {
-        let nr = chunk_rows.min(rows - r0);
-        let chunks = nr * cols / 16;
-        be.launch(
-            OP,
-            Kernel::Fp8(dequant),
-            (chunks.div_ceil(256) as u32, 1, 1),
-            256,
-            args![w, scales, wc, cols as i32, r0 as i32, nr as i32],
-        )?;
-        // SAFETY: `wc` holds this chunk's `nr` rows, `xg` the `n` activation rows of type `ty`.
-        unsafe { gemm.chunk(wc, r0, nr) }?;
+    // SAFETY: `wc` holds `chunk_rows` rows of `cols` elements of `ty`, `xg` the `n` activation
+    // rows of type `ty`.
+    unsafe {
+        gemm.run(chunk_rows, wc, |r0, nr| {
+            let chunks = nr * cols / 16;
+            be.launch(
+                OP,
+                Kernel::Fp8(dequant),
+                (chunks.div_ceil(256) as u32, 1, 1),
+                256,
+                args![w, scales, wc, cols as i32, r0 as i32, nr as i32],
+            )
+        })
     }
-    Ok(())
 }
 
 #[cfg(test)]
