@@ -95,6 +95,30 @@ pub(crate) fn embedding(
     )
 }
 
+/// Checks `x` `[n, cols]` against a `[rows, cols]` weight and `out` `[n, rows]`; returns `n`.
+pub(crate) fn check_matmul_shapes(
+    op: &'static str,
+    x: &Tensor,
+    out: &Tensor,
+    rows: usize,
+    cols: usize,
+) -> Result<usize> {
+    if x.row_len() != cols {
+        return Err(shape_err(
+            op,
+            format!("x rows of {} vs weight columns {cols}", x.row_len()),
+        ));
+    }
+    let n = x.rows();
+    if out.row_len() != rows || out.rows() != n {
+        return Err(shape_err(
+            op,
+            format!("out {:?} vs [{n}, {rows}]", out.shape),
+        ));
+    }
+    Ok(n)
+}
+
 pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
     const OP: &str = "matmul";
     if let Some(kind) = super::matmul_fp8::Fp8Kind::of(w.format) {
@@ -102,19 +126,7 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
     }
     let (cw, f) = device_weight(be, OP, w)?;
     let (rows, cols) = (w.rows, w.cols);
-    if x.row_len() != cols {
-        return Err(shape_err(
-            OP,
-            format!("x rows of {} vs weight columns {cols}", x.row_len()),
-        ));
-    }
-    let n = x.rows();
-    if out.row_len() != rows || out.rows() != n {
-        return Err(shape_err(
-            OP,
-            format!("out {:?} vs [{n}, {rows}]", out.shape),
-        ));
-    }
+    let n = check_matmul_shapes(OP, x, out, rows, cols)?;
     if rows > i32::MAX as usize || cols > i32::MAX as usize {
         return Err(shape_err(OP, "matrix dimensions exceed i32"));
     }

@@ -39,7 +39,7 @@ use pocket_quant::QuantFormat;
 
 use super::cublas::ChunkedGemm;
 use super::kernels::Kernel;
-use super::matmul::GEMV_MAX_ROWS;
+use super::matmul::{check_matmul_shapes, GEMV_MAX_ROWS};
 use super::memory::{cuda_err, CudaWeight, WeightLayout};
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
@@ -238,19 +238,7 @@ pub(crate) fn matmul(
         }
     };
     let (rows, cols) = (w.rows, w.cols);
-    if x.row_len() != cols {
-        return Err(shape_err(
-            OP,
-            format!("x rows of {} vs weight columns {cols}", x.row_len()),
-        ));
-    }
-    let n = x.rows();
-    if out.row_len() != rows || out.rows() != n {
-        return Err(shape_err(
-            OP,
-            format!("out {:?} vs [{n}, {rows}]", out.shape),
-        ));
-    }
+    let n = check_matmul_shapes(OP, x, out, rows, cols)?;
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
     if n == 0 {
