@@ -81,30 +81,40 @@ fn tiled(
     };
     debug_assert_eq!(y.len(), n * w.rows);
     let out = OutPtr(y.as_mut_ptr());
-    let rows = w.rows;
+    // SAFETY: `level >= Avx2` was clamped to what the CPU supports, `y` holds `n * rows` floats,
+    // `job` was built from a validated matrix, and `run_row_ranges` hands out disjoint ranges.
+    run_row_ranges(w.rows, rb, n, parallel, |r0, r1| {
+        let o = out;
+        unsafe { f(&job, r0, r1, o.0) }
+    });
+    TILES.with(|c| c.set(tiles));
+    Some(())
+}
+
+/// Runs `range(r0, r1)` over disjoint weight-row ranges covering `0..rows`, sized so a range's
+/// rows stay in L2 while every activation tile passes over them (serial too); in parallel over
+/// the helper pool (decode) or rayon (prefill, or when the pool is busy).
+#[cfg(target_arch = "x86_64")]
+fn run_row_ranges(
+    rows: usize,
+    rb: usize,
+    n: usize,
+    parallel: bool,
+    range: impl Fn(usize, usize) + Sync,
+) {
     let threads = if parallel {
         rayon::current_num_threads().max(1)
     } else {
         1
     };
-    // SAFETY (both calls): `level >= Avx2` was clamped to what the CPU supports, `y` holds
-    // `n * rows` floats, `job` was built from a validated matrix, and every range is disjoint.
-    // Weight rows in cache-sized ranges, serial too: a range's rows stay in L2 while every
-    // activation tile passes over them.
     let per = task_rows(rows, rb, threads, 96 << 10);
-    let range = |c: usize| {
-        let o = out;
-        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
-        unsafe { f(&job, r0, r1, o.0) };
-    };
+    let chunk = |c: usize| range(c * per, ((c + 1) * per).min(rows));
     let chunks = rows.div_ceil(per);
     if threads == 1 || rows <= 4 {
-        (0..chunks).for_each(range);
-    } else if n > 1 || !pool::run(chunks, threads, &range) {
-        (0..chunks).into_par_iter().for_each(range);
+        (0..chunks).for_each(chunk);
+    } else if n > 1 || !pool::run(chunks, threads, &chunk) {
+        (0..chunks).into_par_iter().for_each(chunk);
     }
-    TILES.with(|c| c.set(tiles));
-    Some(())
 }
 
 /// The register-blocked prefill path for Q4_K / Q6_K (see `tile_k`); `None` for decode-sized
@@ -140,27 +150,11 @@ fn tiled_k(
         ts: w.tensor_scale.unwrap_or(1.0),
     };
     let out = OutPtr(y.as_mut_ptr());
-    let rows = w.rows;
-    let threads = if parallel {
-        rayon::current_num_threads().max(1)
-    } else {
-        1
-    };
     // SAFETY: as in `tiled`.
-    // Weight rows in cache-sized ranges, serial too: a range's rows stay in L2 while every
-    // activation tile passes over them.
-    let per = task_rows(rows, rb, threads, 96 << 10);
-    let range = |c: usize| {
+    run_row_ranges(w.rows, rb, n, parallel, |r0, r1| {
         let o = out;
-        let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
-        unsafe { f(&job, r0, r1, o.0) };
-    };
-    let chunks = rows.div_ceil(per);
-    if threads == 1 || rows <= 4 {
-        (0..chunks).for_each(range);
-    } else if n > 1 || !pool::run(chunks, threads, &range) {
-        (0..chunks).into_par_iter().for_each(range);
-    }
+        unsafe { f(&job, r0, r1, o.0) }
+    });
     TILES.with(|c| c.set(tiles));
     Some(())
 }
@@ -215,16 +209,9 @@ pub fn matmul_serial(w: &QuantMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Res
     matmul_with(w, x, n, y, simd_level(), false)
 }
 
-/// [`matmul`] with an explicit kernel level (clamped to what the CPU supports) and threading
-/// choice; used by tests to compare SIMD paths with the scalar reference.
-pub fn matmul_with(
-    w: &QuantMatrix,
-    x: &[f32],
-    n: usize,
-    y: &mut [f32],
-    level: SimdLevel,
-    parallel: bool,
-) -> Result<()> {
+/// Validates `w` and the lengths of `x` (`[n, cols]`) and `y` (`[n, rows]`) for a matmul;
+/// returns the matrix's row bytes. Shared by the int8 path and [`matmul_exact`].
+pub(crate) fn check_shapes(w: &QuantMatrix, x: &[f32], n: usize, y: &[f32]) -> Result<usize> {
     let rb = w.validate()?;
     let (rows, cols) = (w.rows, w.cols);
     if n == 0 {
@@ -250,6 +237,21 @@ pub fn matmul_with(
             got: y.len(),
         });
     }
+    Ok(rb)
+}
+
+/// [`matmul`] with an explicit kernel level (clamped to what the CPU supports) and threading
+/// choice; used by tests to compare SIMD paths with the scalar reference.
+pub fn matmul_with(
+    w: &QuantMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    level: SimdLevel,
+    parallel: bool,
+) -> Result<()> {
+    let rb = check_shapes(w, x, n, y)?;
+    let cols = w.cols;
     let level = level.min(simd_level());
     let spec = w.format.spec();
     let act_block = match spec.act {

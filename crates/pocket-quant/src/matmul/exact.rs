@@ -12,31 +12,9 @@ use rayon::prelude::*;
 /// on the CPU's SIMD level or on threading (a fixed 8-lane summation order), so it is
 /// reproducible bit for bit. Slower than [`crate::matmul`] (no int8 dot).
 pub fn matmul_exact(w: &QuantMatrix, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
-    let rb = w.validate()?;
+    let rb = super::check_shapes(w, x, n, y)?;
     let (rows, cols) = (w.rows, w.cols);
-    if n == 0 {
-        return Err(QuantError::BadShape("n = 0 activation rows".into()));
-    }
-    let nx = n
-        .checked_mul(cols)
-        .ok_or_else(|| QuantError::BadShape("n * cols overflows".into()))?;
-    if x.len() != nx {
-        return Err(QuantError::LengthMismatch {
-            what: "activations",
-            expected: nx,
-            got: x.len(),
-        });
-    }
-    let ny = n
-        .checked_mul(rows)
-        .ok_or_else(|| QuantError::BadShape("n * rows overflows".into()))?;
-    if y.len() != ny {
-        return Err(QuantError::LengthMismatch {
-            what: "output",
-            expected: ny,
-            got: y.len(),
-        });
-    }
+    let ny = n * rows; // checked by check_shapes
     let dq = w
         .format
         .spec()
