@@ -20,6 +20,23 @@ DEVI uint32_t ld_u32_a2(const uint8_t* p) {
     return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
 }
 
+// Programmatic dependent launch (sm_90+). A kernel launched with the PDL attribute (kernels.rs
+// marks which) may start while the previous kernel on the stream still runs. Before pdl_wait() it
+// may only read data no kernel of the step writes (weights, shapes); it must not write global
+// memory. After pdl_wait() every earlier kernel has finished and its writes are visible.
+// pdl_trigger() lets the next kernel launch once every block of this one has called it or exited.
+// Both are no-ops on older GPUs and when the launch did not carry the attribute.
+DEVI void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+DEVI void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 DEVI float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "bdbfd30509e3948663f89a7486aeaa4a0e2b6ac54905aa512b74861ae5bbb725";
+    "f9840d9d2705610a271f69465b2449dbd6db5586b3cc7ef53cc22ee178d68cfb";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
