@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{call, metric, serve_backend, stream};
+use common::{call, clean_stream_chunks, metric, real_models, serve_backend, stream, SMOL};
 use pocket_server::engine_backend::{self, EngineOptions};
 use pocket_server::{InferenceBackend, ServerConfig};
 use serde_json::{json, Value};
@@ -22,20 +22,7 @@ const MAX_TOKENS: u64 = 16;
 
 /// One streamed request's outcome: completion tokens (from the usage chunk) and finish reason.
 fn check_stream(i: usize, status: u16, events: &[String]) -> (u64, String) {
-    assert_eq!(status, 200, "client {i}");
-    assert_eq!(
-        events.last().map(String::as_str),
-        Some("[DONE]"),
-        "client {i}"
-    );
-    assert!(
-        !events.iter().any(|e| e.contains("\"error\"")),
-        "client {i}: {events:?}"
-    );
-    let chunks: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).expect("chunk json"))
-        .collect();
+    let chunks = clean_stream_chunks(&format!("client {i}"), status, events);
     let usage = &chunks.last().expect("a usage chunk")["usage"];
     let n = usage["completion_tokens"].as_u64().expect("usage");
     let finish = chunks
@@ -139,14 +126,14 @@ async fn tiny_llama_32_streaming_clients() {
 /// SmolLM2 under the default server settings (batch 8, queue 64), context 512.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn smollm2_32_streaming_clients() {
-    if !std::env::var("POCKET_REAL_MODELS").is_ok_and(|v| v == "1") {
+    if !real_models() {
         eprintln!("skipping: set POCKET_REAL_MODELS=1");
         return;
     }
     let backend = Arc::new(
         engine_backend::start(&EngineOptions {
             id: None,
-            model: "smollm2-135m-instruct".into(),
+            model: SMOL.into(),
             device: pocket_kernels::DeviceKind::Cpu,
             ctx_size: Some(512),
             max_sequences: 8,
@@ -156,7 +143,7 @@ async fn smollm2_32_streaming_clients() {
     );
     let h = serve_backend(backend.clone(), ServerConfig::default()).await;
     let (tokens, wall) = load(h.addr, "/v1/chat/completions", |i| {
-        json!({"model": "smollm2-135m-instruct", "max_tokens": MAX_TOKENS, "temperature": 0.8,
+        json!({"model": SMOL, "max_tokens": MAX_TOKENS, "temperature": 0.8,
                "seed": i, "stream": true, "stream_options": {"include_usage": true},
                "messages": [{"role": "user", "content": format!("Tell me about the number {i}.")}]})
     })

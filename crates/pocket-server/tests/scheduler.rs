@@ -347,11 +347,9 @@ async fn load_32_streaming_clients_through_scheduler() {
                 &chat(&format!("w{}", 3 + i % 50), 20, true),
             )
             .await;
-            assert_eq!(st, 200);
-            assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-            let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+            let chunks = clean_stream_chunks("client", st, &events);
+            let usage = chunks.last().expect("a usage chunk");
             assert_eq!(usage["usage"]["completion_tokens"], 20);
-            assert!(events.iter().all(|e| !e.contains("\"error\"")));
         }));
     }
     for t in tasks {

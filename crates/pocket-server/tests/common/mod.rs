@@ -16,6 +16,33 @@ use pocket_server::{Server, ServerConfig, ServerHandle};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+/// Whether the tests on real checkpoints run (`POCKET_REAL_MODELS=1`).
+pub fn real_models() -> bool {
+    std::env::var("POCKET_REAL_MODELS").is_ok_and(|v| v == "1")
+}
+
+/// The real checkpoint the engine-backed tests serve.
+pub const SMOL: &str = "smollm2-135m-instruct";
+
+/// Asserts that a streamed reply ended cleanly (status 200, last event `[DONE]`, no error event)
+/// and returns its events before `[DONE]` parsed as JSON chunks. `who` names the client in failures.
+pub fn clean_stream_chunks(who: &str, status: u16, events: &[String]) -> Vec<Value> {
+    assert_eq!(status, 200, "{who}: {events:?}");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{who}: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| e.contains("\"error\"")),
+        "{who}: {events:?}"
+    );
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("chunk json"))
+        .collect()
+}
+
 /// A running test server and its backend.
 pub struct TestServer {
     pub handle: ServerHandle,
