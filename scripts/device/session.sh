@@ -13,10 +13,15 @@ ROOT="$(cd "$BUNDLE/.." && pwd)"
 STATE=/tmp/pocket-session
 mkdir -p "$STATE"
 
+# SESSION_STAGES picks stages (default: all but profile), e.g.
+#   SESSION_STAGES="tests synth parity bench profile" bash bundle/session.sh start
+want() { [[ " ${SESSION_STAGES:-tests synth parity hybrid-fp8 bench hybrid-q8_0} " == *" $1 "* ]]; }
+
 case "${1:-}" in
 start)
   : >"$STATE/progress"
-  setsid nohup bash "$BUNDLE/session.sh" stages >"$STATE/session.log" 2>&1 </dev/null &
+  SESSION_STAGES="${SESSION_STAGES:-tests synth parity hybrid-fp8 bench hybrid-q8_0}" \
+    setsid nohup bash "$BUNDLE/session.sh" stages >"$STATE/session.log" 2>&1 </dev/null &
   echo "started"
   ;;
 stages)
@@ -24,36 +29,57 @@ stages)
   export OUT="$STATE/out"
   mkdir -p "$OUT"
   stage() { echo "stage $1 $(date -u +%T)" >>"$STATE/progress"; }
-  setsid nohup bash "$BUNDLE/e2e.sh" build-llama >/tmp/llama-outer.log 2>&1 </dev/null &
-  stage tests
-  bash "$BUNDLE/run.sh" >"$OUT/run.log" 2>&1
-  stage synth
-  bash "$BUNDLE/e2e.sh" synth >"$OUT/synth.log" 2>&1
-  stage parity
-  bash "$BUNDLE/e2e.sh" parity >"$OUT/parity.log" 2>&1
-  cp "$OUT/e2e.log" "$OUT/parity-e2e.log" 2>/dev/null
+  if want bench || want hybrid-q8_0; then
+    setsid nohup bash "$BUNDLE/e2e.sh" build-llama >/tmp/llama-outer.log 2>&1 </dev/null &
+  fi
+  if want tests; then
+    stage tests
+    bash "$BUNDLE/run.sh" >"$OUT/run.log" 2>&1
+  fi
+  if want synth; then
+    stage synth
+    bash "$BUNDLE/e2e.sh" synth >"$OUT/synth.log" 2>&1
+  fi
+  if want parity; then
+    stage parity
+    bash "$BUNDLE/e2e.sh" parity >"$OUT/parity.log" 2>&1
+    cp "$OUT/e2e.log" "$OUT/parity-e2e.log" 2>/dev/null
+  fi
   export LD_LIBRARY_PATH="/tmp/pocket-lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   BENCH="$BUNDLE/bin/pocket-bench"
   BIG=/tmp/pocket-synth-big
   mkdir -p "$BIG"
   # Ours on the 27B-shape FP8 checkpoint while llama.cpp still builds on the CPUs.
-  stage hybrid-fp8
-  "$BENCH" run --model synthetic:qwen3.5-27b:fp8 --device cuda --prompt-tokens 512 --gen-tokens 128 \
-    --reps 3 --record-dir "$OUT/records" --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
-    >"$OUT/hybrid-fp8.txt" 2>&1
-  echo "hybrid-fp8 rc=$?" >>"$STATE/progress"
-  rm -rf "$BIG"/*
-  stage bench
-  LLAMA_WAIT_S=300 bash "$BUNDLE/e2e.sh" bench >"$OUT/bench-e2e.log" 2>&1
-  rm -rf /tmp/pocket-synth
+  if want hybrid-fp8; then
+    stage hybrid-fp8
+    "$BENCH" run --model synthetic:qwen3.5-27b:fp8 --device cuda --prompt-tokens 512 --gen-tokens 128 \
+      --reps 3 --record-dir "$OUT/records" --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
+      >"$OUT/hybrid-fp8.txt" 2>&1
+    echo "hybrid-fp8 rc=$?" >>"$STATE/progress"
+    rm -rf "$BIG"/*
+  fi
+  if want bench; then
+    stage bench
+    LLAMA_WAIT_S=300 bash "$BUNDLE/e2e.sh" bench >"$OUT/bench-e2e.log" 2>&1
+    rm -rf /tmp/pocket-synth
+  fi
   # Ours and llama.cpp on one 27B-shape GGUF Q8_0 file (if this llama.cpp loads `qwen35`).
-  stage hybrid-q8_0
-  cmp=()
-  [ -x /tmp/llama.cpp/build/bin/llama-bench ] && cmp=(--compare-llama-bench /tmp/llama.cpp/build/bin/llama-bench)
-  "$BENCH" run --model synthetic:qwen3.5-27b:q8_0 --device cuda --prompt-tokens 512 --gen-tokens 128 \
-    --reps 3 "${cmp[@]}" --record-dir "$OUT/records" --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
-    >"$OUT/hybrid-q8_0.txt" 2>&1
-  echo "hybrid-q8_0 rc=$?" >>"$STATE/progress"
+  if want hybrid-q8_0; then
+    stage hybrid-q8_0
+    cmp=()
+    [ -x /tmp/llama.cpp/build/bin/llama-bench ] && cmp=(--compare-llama-bench /tmp/llama.cpp/build/bin/llama-bench)
+    "$BENCH" run --model synthetic:qwen3.5-27b:q8_0 --device cuda --prompt-tokens 512 --gen-tokens 128 \
+      --reps 3 "${cmp[@]}" --record-dir "$OUT/records" --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
+      >"$OUT/hybrid-q8_0.txt" 2>&1
+    echo "hybrid-q8_0 rc=$?" >>"$STATE/progress"
+    rm -rf "$BIG"/*
+  fi
+  # Per-kernel times of the decode steps under Nsight Compute (profile.sh).
+  if want profile; then
+    stage profile
+    OUT="$OUT/profile" PROFILE_DENSE="${PROFILE_DENSE:-llama3-8b:q4_0 smollm-135m:q4_1}" \
+      bash "$BUNDLE/profile.sh" >"$OUT/profile.log" 2>&1
+  fi
   echo "session done $(date -u +%T)" >>"$STATE/progress"
   ;;
 wait)
@@ -73,6 +99,7 @@ wait)
     tail -n 12 "$STATE/out/hybrid-fp8.txt"
     tail -n 15 "$STATE/out/bench-e2e.log"
     tail -n 12 "$STATE/out/hybrid-q8_0.txt"
+    grep -h -A 12 "us in all" "$STATE/out/profile.log" 2>/dev/null
   }
   ;;
 *)
