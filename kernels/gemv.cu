@@ -12,6 +12,9 @@
 //  * gemv_q8r_<fmt>: the n = 1 default, the same work items with 4 rows per 128-thread block and
 //    the columns split over the whole block (see below).
 //
+//  * gemv_h_<f16|bf16>_r<1|4>: the n = 1 path for 16-bit float weights: R rows per block, the
+//    columns split over the whole block, 16-byte weight loads (see below).
+//
 // Launch (gemv_f, gemv_q8): block = 128 threads = 4 warps, one warp per weight row;
 // grid.x = ceil(rows / 4).
 #include "common.cuh"
@@ -358,6 +361,7 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
 #pragma unroll
     for (int i = 0; i < R; i++) acc[i] = 0.f;
     Q8Act a{xq, xd, xs};
+    bool waited = false;
     for (int it0 = tid; it0 < items; it0 += GEMVR_THREADS * PF) {
         typename D::Raw raw[PF][R];
 #pragma unroll
@@ -368,6 +372,11 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
                 for (int i = 0; i < R; i++) raw[u][i] = D::load(row[i], aux[i], it / D::TPB, it % D::TPB);
             }
         }
+        // load() reads weights only; the activation blocks come from the previous kernels.
+        if (!waited) {
+            pdl_wait();
+            waited = true;
+        }
 #pragma unroll
         for (int u = 0; u < PF; u++) {
             int it = it0 + GEMVR_THREADS * u;
@@ -377,6 +386,8 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
             }
         }
     }
+    if (!waited) pdl_wait();
+    pdl_trigger();
 #pragma unroll
     for (int i = 0; i < R; i++) {
         float s = warp_sum(acc[i]);
@@ -408,6 +419,115 @@ template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
         gemv_q8r<D>(w, xq, xd, xs, out, rows, cols);                                           \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R)
+
+// ---- 16-bit float weights, one activation row, K split over the block -----------------------
+// gemv_f's warp per row, one 32-byte decode per lane per step, is latency-bound on small matrices
+// (48 x 5120 BF16: 12 blocks, 7.4 us for 0.5 MB) and issues 8 bytes per load on large ones.
+// Here a block of T threads takes R rows; thread t reads 8-element (16-byte) chunks t, t + T, ...
+// of every row, all of a pass's R x GEMVH_U loads issued before any arithmetic, weights past L1
+// (the activation row, read by every block of an SM, stays there). Warp sums meet in shared
+// memory and one thread per row adds them in a fixed order (deterministic).
+//  * r1: T = 256, one row per block (rows < ~1k: 96 x 5120 is 96 blocks, a 5120-column row one
+//    pass of 640 chunks).
+//  * r4: T = 128, four rows per block (large matrices, the LM head).
+// Needs cols % 8 == 0 and 16-byte aligned x (the host checks and otherwise takes gemv_f).
+#define GEMVH_U 4
+
+DEVI uint4 ld_stream16(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Two 16-bit floats packed in a word -> f32 (element 0 in the low half, as stored).
+template <bool BF> DEVI float h_lo(uint32_t v) {
+    return BF ? __uint_as_float(v << 16) : __half2float(__ushort_as_half((uint16_t)(v & 0xffffu)));
+}
+template <bool BF> DEVI float h_hi(uint32_t v) {
+    return BF ? __uint_as_float(v & 0xffff0000u) : __half2float(__ushort_as_half((uint16_t)(v >> 16)));
+}
+
+template <bool BF, int R, int T>
+__device__ void gemv_h(const uint8_t* __restrict__ w, const float* __restrict__ x,
+                       float* __restrict__ out, int rows, int cols) {
+    constexpr int U = GEMVH_U;
+    __shared__ float part[T / 32][R];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int r0 = blockIdx.x * R;
+    const int nch = cols / 8;
+    const uint4* wr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        wr[i] = reinterpret_cast<const uint4*>(w + (size_t)min(r0 + i, rows - 1) * cols * 2);
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.f;
+    bool waited = false;
+    for (int c0 = tid; c0 < nch; c0 += T * U) {
+        uint4 q[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + T * u;
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                q[u][i] = make_uint4(0u, 0u, 0u, 0u);
+                if (c < nch) q[u][i] = ld_stream16(wr[i] + c);
+            }
+        }
+        if (!waited) {
+            pdl_wait();  // x is the previous kernel's output
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + T * u;
+            if (c >= nch) break;
+            const float4* xp = reinterpret_cast<const float4*>(x) + 2 * c;
+            const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const uint4 v = q[u][i];
+                float d = h_lo<BF>(v.x) * xa.x;
+                d = fmaf(h_hi<BF>(v.x), xa.y, d);
+                d = fmaf(h_lo<BF>(v.y), xa.z, d);
+                d = fmaf(h_hi<BF>(v.y), xa.w, d);
+                d = fmaf(h_lo<BF>(v.z), xb.x, d);
+                d = fmaf(h_hi<BF>(v.z), xb.y, d);
+                d = fmaf(h_lo<BF>(v.w), xb.z, d);
+                d = fmaf(h_hi<BF>(v.w), xb.w, d);
+                acc[i] += d;
+            }
+        }
+    }
+    if (!waited) pdl_wait();
+    pdl_trigger();
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        const float s = warp_sum(acc[i]);
+        if (lane == 0) part[warp][i] = s;
+    }
+    __syncthreads();
+    if (tid < R && r0 + tid < rows) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < T / 32; k++) s += part[k][tid];
+        out[r0 + tid] = s;
+    }
+}
+
+#define DEF_GEMV_H(name, bf)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256) gemv_h_##name##_r1(                     \
+        const uint8_t* w, const float* x, float* out, int rows, int cols) {                    \
+        gemv_h<bf, 1, 256>(w, x, out, rows, cols);                                             \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(128) gemv_h_##name##_r4(                     \
+        const uint8_t* w, const float* x, float* out, int rows, int cols) {                    \
+        gemv_h<bf, 4, 128>(w, x, out, rows, cols);                                             \
+    }
+DEF_GEMV_H(f16, false)
+DEF_GEMV_H(bf16, true)
 
 // ---- fused variant: activation quantized per block into shared memory --------------------------
 // For one activation row (decode). Each block first quantizes x (cols floats, read from L2) into

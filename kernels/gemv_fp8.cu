@@ -9,6 +9,15 @@
 //    is bound by HBM latency x bytes in flight). A 16-byte chunk never straddles a 128-column
 //    tile, so a lane applies one tile scale to its 16-element partial dot.
 //    Launch: block 128 (4 warps = 16 rows), grid ceil(rows / 16).
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_n1k<2|4>: the one-row default. 2 or 4 weight rows per 128-thread
+//    block with the columns split over the whole block (not over one warp), so a 5120-row matrix
+//    is 2560 or 1280 blocks (the n1 kernel's 320 blocks, 2.4 per SM, left the SMs with too few
+//    bytes in flight and unevenly loaded). Each pass, a thread issues all its loads (up to
+//    FP8K_U chunks of 16 bytes per row) before any arithmetic; weights bypass L1
+//    (ld.global.nc.L1::no_allocate) so the activation row, which every block on an SM reads,
+//    stays there. Warp sums meet in shared memory and one thread per row adds them in a fixed
+//    order (deterministic). Weight loads of the first pass issue before pdl_wait().
+//    Launch: block FP8K_THREADS, grid ceil(rows / R).
 //  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's
 //    activations go through shared memory 512 columns at a time (all rows of x, f32), so each
 //    weight byte is loaded and decoded once and used for every activation row, and x is read
@@ -36,6 +45,8 @@
 // (-> finite): checkpoints hold no such weights.
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "common.cuh"
 
 #define FP8_N1_WARPS 4
 #define FP8_N1_ROWS 4
@@ -149,6 +160,105 @@ __device__ __forceinline__ void gemv_fp8_n1(const uint8_t* __restrict__ w,
             if (row0 + r >= rows) break;
             out[row0 + r] = TILED ? acc[r] : acc[r] * tscale;
         }
+    }
+}
+
+#define FP8K_THREADS 128
+#define FP8K_U 4
+
+// 16 bytes of a weight row, read-only and not kept in L1 (streamed once per launch).
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <int E5M2, bool TILED, int R>
+__device__ __forceinline__ void gemv_fp8_n1k(const uint8_t* __restrict__ w,
+                                             const float* __restrict__ sc, float tscale,
+                                             const float* __restrict__ x, float* __restrict__ out,
+                                             int rows, int cols) {
+    constexpr int T = FP8K_THREADS, U = FP8K_U;
+    __shared__ float part[T / 32][R];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row0 = blockIdx.x * R;
+    const int nch = cols >> 4;
+    const int tcols = (cols + 127) >> 7;
+    const uint4* wr[R];
+    const float* sr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        // A missing last row re-reads the previous one (its result is never written).
+        const int row = min(row0 + r, rows - 1);
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
+        sr[r] = TILED ? sc + (size_t)(row >> 7) * tcols : nullptr;
+    }
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.f;
+    bool waited = false;
+    for (int c0 = tid; c0 < nch; c0 += T * U) {
+        uint4 q[U][R];
+        float s[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + T * u;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                q[u][r] = make_uint4(0u, 0u, 0u, 0u);
+                s[u][r] = 0.f;
+                if (c < nch) {
+                    q[u][r] = ld_stream16(wr[r] + c);
+                    s[u][r] = TILED ? __ldg(sr[r] + (c >> 3)) : 1.f;
+                }
+            }
+        }
+        // The activation is the previous kernel's output: read it only after the wait.
+        if (!waited) {
+            pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + T * u;
+            if (c >= nch) break;
+            const float4* xp = reinterpret_cast<const float4*>(x) + c * 4;
+            float xv[16];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 t = __ldg(xp + i);
+                xv[4 * i] = t.x;
+                xv[4 * i + 1] = t.y;
+                xv[4 * i + 2] = t.z;
+                xv[4 * i + 3] = t.w;
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float wf[16];
+                decode16<E5M2>(q[u][r], wf);
+                float d = 0.f;
+#pragma unroll
+                for (int k = 0; k < 16; k++) d = fmaf(wf[k], xv[k], d);
+                acc[r] = TILED ? fmaf(d, s[u][r], acc[r]) : acc[r] + d;
+            }
+        }
+    }
+    if (!waited) pdl_wait();  // a thread with no chunk still waits before the block writes
+    pdl_trigger();
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        if (lane == 0) part[warp][r] = acc[r];
+    }
+    __syncthreads();
+    if (tid < R && row0 + tid < rows) {
+        float v = 0.f;
+#pragma unroll
+        for (int k = 0; k < T / 32; k++) v += part[k][tid];
+        out[row0 + tid] = TILED ? v : v * tscale;
     }
 }
 
@@ -304,6 +414,16 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
         int cols, int m) {                                                                      \
         gemv_fp8_n1<e5m2, tiled>(w, sc, tscale, x, out, rows, cols);                           \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(FP8K_THREADS) gemv_fp8_##name##_n1k2(        \
+        const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
+        int cols, int m) {                                                                      \
+        gemv_fp8_n1k<e5m2, tiled, 2>(w, sc, tscale, x, out, rows, cols);                       \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(FP8K_THREADS) gemv_fp8_##name##_n1k4(        \
+        const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
+        int cols, int m) {                                                                      \
+        gemv_fp8_n1k<e5m2, tiled, 4>(w, sc, tscale, x, out, rows, cols);                       \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n4(                    \
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \

@@ -451,3 +451,114 @@ fn bench_fp8_gemv_and_gemm() {
         println!("{l}");
     }
 }
+
+/// Decode GEMV (n = 1) at the Qwen3.5-27B and Llama-3-8B shapes of the 2026-11-30 Nsight
+/// profile, old kernels (`set_split_gemv(false)`, as `POCKET_GEMV_SPLIT=0`) against the split
+/// ones: FP8 E4M3 128x128 (`gemv_fp8_e4m3_b_n1` vs `_n1k2` / `_n1k4`), BF16 (`gemv_f_bf16_n1` vs
+/// `gemv_h_bf16_r1` / `_r4`) and Q4_0 (`gemv_q8r_q4_0`, one kernel: only PDL changed, which an
+/// isolated launch does not show). Weights rotate over >= 200 MB of copies (HBM reads); TB/s
+/// counts weight (and tile scale) bytes.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_gemv_split_shapes() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let mut lines = Vec::new();
+    let mut run = |f: QuantFormat,
+                   rows: usize,
+                   cols: usize,
+                   bytes: Vec<u8>,
+                   sc: Option<Vec<u8>>| {
+        let wbytes = bytes.len() + sc.as_ref().map_or(0, |s| s.len());
+        let copies = (200usize << 20).div_ceil(wbytes).max(1);
+        let ws: Vec<_> = (0..copies)
+            .map(|_| {
+                let s = sc.clone().map(HostBytes::from_vec);
+                be.upload_weight(f, rows, cols, HostBytes::from_vec(bytes.clone()), s, None)
+                    .unwrap()
+            })
+            .collect();
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let xt = be.upload_f32(&x, &[1, cols]).unwrap();
+        let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+        let fp8 = sc.is_some();
+        let modes: &[(bool, usize, &str)] = if fp8 {
+            &[(false, 4, "old"), (true, 2, "split2"), (true, 4, "split4")]
+        } else if f == QuantFormat::Ggml(GgmlType::Q4_0) {
+            &[(true, 4, "q8r")]
+        } else {
+            &[(false, 4, "old"), (true, 4, "split")]
+        };
+        let mut first = None;
+        for &(split, per, label) in modes {
+            be.set_split_gemv(split);
+            be.set_fp8_split_rows(per);
+            let ms = time_ms(&be, 5, 60, |i| {
+                be.matmul(&xt, &ws[i % copies], &mut out).unwrap()
+            });
+            let base = *first.get_or_insert(ms);
+            let tbps = wbytes as f64 / (ms * 1e-3) / 1e12;
+            let line = format!(
+                "gemv {:12} {rows:6}x{cols:5} n=1 {label:6} {:8.1} us  {:6.3} TB/s  {:5.1}% of {ROOF_TBPS} TB/s  ({:.2}x old)",
+                f.name(),
+                ms * 1e3,
+                tbps,
+                100.0 * tbps / ROOF_TBPS,
+                base / ms
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+        be.set_split_gemv(true);
+        be.set_fp8_split_rows(4);
+    };
+    let fp8 = QuantFormat::Fp8E4M3Block128;
+    for &(rows, cols) in &[
+        (34816usize, 5120usize),
+        (14336, 5120),
+        (10240, 5120),
+        (6144, 5120),
+        (5120, 17408),
+        (5120, 6144),
+    ] {
+        // Random codes with the NaN codes (0x7f, 0xff) cleared, scales 1e-3.
+        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
+        let bytes: Vec<u8> = (0..rows * cols)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8 & 0xf7
+            })
+            .collect();
+        let scales: Vec<u8> = (0..rows.div_ceil(128) * cols.div_ceil(128))
+            .flat_map(|_| 1e-3f32.to_le_bytes())
+            .collect();
+        run(fp8, rows, cols, bytes, Some(scales));
+    }
+    for &(rows, cols) in &[(48usize, 5120usize), (96, 5120), (248320, 5120)] {
+        // 0.01 everywhere (random_bytes' BF16 fill), built by doubling: the LM head is 2.5 GB.
+        let bytes = half::bf16::from_f32(0.01).to_le_bytes().repeat(rows * cols);
+        run(QuantFormat::Ggml(GgmlType::BF16), rows, cols, bytes, None);
+    }
+    for &(rows, cols) in &[
+        (28672usize, 4096usize),
+        (4096, 4096),
+        (4096, 14336),
+        (6144, 4096),
+    ] {
+        let bytes = random_bytes(GgmlType::Q4_0, rows, cols, 13 + rows as u64);
+        run(QuantFormat::Ggml(GgmlType::Q4_0), rows, cols, bytes, None);
+    }
+    println!("\n==== summary: decode GEMV, split vs old ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

@@ -7,7 +7,8 @@
 //! CUDA device opens.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::{DType, Device, DeviceKind, HostBytes, KernelError};
+use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::{Backend, DType, Device, DeviceKind, HostBytes, KernelError};
 use pocket_quant::QuantFormat;
 
 struct Rng(u64);
@@ -238,6 +239,75 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
         }
     }
     assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
+}
+
+/// The one-row decode GEMV variants: the split kernels with 2 and 4 rows per block
+/// (`gemv_fp8_*_n1k2` / `_n1k4`) and the previous warp kernel (`POCKET_GEMV_SPLIT=0`), each within
+/// the f32 bound and each repeating its result bit for bit (decode graphs are replayed and
+/// compared). Shapes: partial last blocks for both row counts (1027, 37, 3 rows), a second
+/// column pass of the split loop (8208 columns = 513 chunks of 16 over 128 threads x 4) and
+/// partial tiles.
+#[test]
+fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut f = Vec::new();
+    for (split, per) in [(true, 2usize), (true, 4), (false, 4)] {
+        be.set_split_gemv(split);
+        be.set_fp8_split_rows(per);
+        for (si, &(rows, cols)) in [(1027usize, 5120usize), (37, 8208), (131, 4112), (3, 16)]
+            .iter()
+            .enumerate()
+        {
+            let seed = 60 + 4 * si as u64;
+            f.extend(check(QuantFormat::Fp8E4M3Block128, rows, cols, &[1], seed));
+            f.extend(check(QuantFormat::Fp8E5M2, rows, cols, &[1], seed + 1));
+            // The same launch twice: the same bits.
+            let mut rng = Rng::new(seed + 2);
+            let src = random_weights(rows, cols, &mut rng);
+            let format = QuantFormat::Fp8E4M3Block128;
+            let q = pocket_quant::quantize_matrix(format, rows, cols, &src).unwrap();
+            let w = be
+                .upload_weight(
+                    format,
+                    rows,
+                    cols,
+                    HostBytes::from_vec(q.data.clone()),
+                    Some(HostBytes::from_vec(q.scales.clone())),
+                    q.tensor_scale,
+                )
+                .unwrap();
+            let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
+            let xt = be.upload_f32(&x, &[1, cols]).unwrap();
+            let mut runs = Vec::new();
+            for _ in 0..3 {
+                let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+                be.matmul(&xt, &w, &mut out).unwrap();
+                runs.push(be.read_f32(&out).unwrap());
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            if bits(&runs[0]) != bits(&runs[1]) || bits(&runs[0]) != bits(&runs[2]) {
+                f.push(format!(
+                    "[{rows}x{cols}] split={split} rows/block={per}: repeated GEMVs differ"
+                ));
+            }
+        }
+    }
+    // Back to what the environment asks for (other tests of this binary may still run).
+    be.set_split_gemv(std::env::var("POCKET_GEMV_SPLIT").map_or(true, |v| v != "0"));
+    be.set_fp8_split_rows(
+        if std::env::var("POCKET_GEMV_FP8_ROWS").is_ok_and(|v| v == "2") {
+            2
+        } else {
+            4
+        },
+    );
+    assert!(f.is_empty(), "FP8 GEMV variant failures:\n{}", f.join("\n"));
 }
 
 /// The exact prefill mode (f32 dequantization + SGEMM, what the transformers-parity tests use on

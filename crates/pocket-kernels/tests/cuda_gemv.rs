@@ -217,6 +217,103 @@ fn gemv_matches_references_on_random_blocks() {
     );
 }
 
+/// The one-row GEMV of 16-bit float weights: the split kernels (`gemv_h_*_r1` below 1024 rows,
+/// `_r4` above) and the previous warp-per-row kernel (`POCKET_GEMV_SPLIT=0`) against the float64
+/// dot and the CPU within the f32 bound, and each repeating its result bit for bit. Shapes: the
+/// Gated DeltaNet's 48 x 5120, a second column pass of each split kernel (8200 columns = 1025
+/// chunks over 256 x 4; 4104 = 513 over 128 x 4), a partial last block of four rows (1101), and
+/// 1036 columns (not a multiple of 8: the previous kernel serves it).
+#[test]
+fn half_gemv_variants_match_references_and_repeat_bit_for_bit() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut failures = Vec::new();
+    for split in [true, false] {
+        be.set_split_gemv(split);
+        for (ti, &t) in [GgmlType::BF16, GgmlType::F16].iter().enumerate() {
+            let format = QuantFormat::Ggml(t);
+            let mut rng = Rng::new(300 + ti as u64);
+            for &(rows, cols) in &[(48usize, 5120usize), (96, 8200), (1101, 4104), (5, 1036)] {
+                let bytes = random_weight(t, rows, cols, &mut rng);
+                let m = QuantMatrix {
+                    format,
+                    rows,
+                    cols,
+                    data: &bytes,
+                    scales: None,
+                    tensor_scale: None,
+                };
+                let mut deq = vec![0f32; rows * cols];
+                pocket_quant::dequantize_matrix(&m, &mut deq).unwrap();
+                let w = be
+                    .upload_weight(
+                        format,
+                        rows,
+                        cols,
+                        HostBytes::from_vec(bytes.clone()),
+                        None,
+                        None,
+                    )
+                    .unwrap();
+                let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
+                let xt = be.upload_f32(&x, &[1, cols]).unwrap();
+                let mut runs = Vec::new();
+                for _ in 0..2 {
+                    let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+                    be.write_f32(&mut out, &vec![f32::NAN; rows], &[1, rows])
+                        .unwrap();
+                    be.matmul(&xt, &w, &mut out).unwrap();
+                    runs.push(be.read_f32(&out).unwrap());
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                if bits(&runs[0]) != bits(&runs[1]) {
+                    failures.push(format!(
+                        "{} [{rows}x{cols}] split={split}: repeated GEMVs differ",
+                        format.name()
+                    ));
+                }
+                let mut cpu = vec![0f32; rows];
+                pocket_quant::matmul(&m, &x, 1, &mut cpu).unwrap();
+                let mut worst = 0.0f64;
+                for r in 0..rows {
+                    let wr = &deq[r * cols..(r + 1) * cols];
+                    let want: f64 = wr.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let (tol, tol_cpu) = tolerance(t, 1, wr, &x);
+                    let (g, c) = (runs[0][r] as f64, cpu[r] as f64);
+                    let ratio = if g.is_nan() {
+                        f64::INFINITY
+                    } else {
+                        ((g - want).abs() / tol).max((g - c).abs() / tol_cpu)
+                    };
+                    worst = worst.max(ratio);
+                    if ratio > 1.0 && failures.len() < 20 {
+                        failures.push(format!(
+                            "{} [{rows}x{cols}] split={split} out[{r}] = {g}, want {want} ± {tol}, cpu {c} ± {tol_cpu}",
+                            format.name(),
+                        ));
+                    }
+                }
+                eprintln!(
+                    "{:7} [{rows:4}x{cols:4}] split={split}: worst error / bound = {worst:.3}",
+                    format.name()
+                );
+            }
+        }
+    }
+    // Back to what the environment asks for (other tests of this binary may still run).
+    be.set_split_gemv(std::env::var("POCKET_GEMV_SPLIT").map_or(true, |v| v != "0"));
+    assert!(
+        failures.is_empty(),
+        "half GEMV mismatches:\n{}",
+        failures.join("\n")
+    );
+}
+
 /// Consecutive GEMVs over one input reuse its 8-bit quantization; any write to that input must
 /// force a new one. Each result is compared bit for bit with the same GEMV on a fresh upload of
 /// the same values (which always quantizes).

@@ -165,6 +165,48 @@ fn warp_per_row() -> bool {
     *WARP.get_or_init(|| std::env::var("POCKET_GEMV").is_ok_and(|v| v == "warp"))
 }
 
+/// Process-wide choice of the one-row decode GEMV generation: 0 = not read yet, 1 = the
+/// split-K kernels (default), 2 = the previous ones (`POCKET_GEMV_SPLIT=0`).
+static SPLIT_GEMV: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the one-row GEMVs of 16-bit float (`gemv_h_*`) and FP8 (`gemv_fp8_*_n1k*`) weights
+/// take the kernels that split the columns over a whole block (default) rather than the previous
+/// warp-per-row(s) kernels (`POCKET_GEMV_SPLIT=0`, or [`CudaBackend::set_split_gemv`]).
+pub(crate) fn split_gemv() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match SPLIT_GEMV.load(Relaxed) {
+        0 => {
+            let on = std::env::var("POCKET_GEMV_SPLIT").map_or(true, |v| v != "0");
+            SPLIT_GEMV.store(if on { 1 } else { 2 }, Relaxed);
+            on
+        }
+        v => v == 1,
+    }
+}
+
+impl CudaBackend {
+    /// Selects the one-row decode GEMV generation for F16/BF16 and FP8 weights: `true` the
+    /// split-column kernels (the default), `false` the previous ones (as `POCKET_GEMV_SPLIT=0`).
+    /// Process-wide, for A/B benchmarks and tests; both give results within the same bounds.
+    pub fn set_split_gemv(&self, on: bool) {
+        SPLIT_GEMV.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Rows below which 16-bit float weights take the one-row-per-block kernel (`gemv_h_*_r1`): a
+/// four-row block would leave most SMs idle (96 rows are 24 blocks on 132 SMs).
+const HALF_R1_MAX_ROWS: usize = 1024;
+
+/// The symbol of the one-row F16/BF16 GEMV (kernels/gemv.cu `gemv_h_*`).
+pub(crate) fn half_gemv_symbol(bf16: bool, r4: bool) -> &'static str {
+    match (bf16, r4) {
+        (false, false) => "gemv_h_f16_r1",
+        (false, true) => "gemv_h_f16_r4",
+        (true, false) => "gemv_h_bf16_r1",
+        (true, true) => "gemv_h_bf16_r4",
+    }
+}
+
 /// Whether exact prefill is on ([`crate::Backend::set_exact_prefill`], `POCKET_PREFILL=exact`):
 /// GGML formats then run prefill in the CPU's rounding class, the dp4a GEMV over chunks of 8
 /// activation rows (the CPU's int8 activations, f32 accumulation) instead of f16 operands on the
@@ -195,6 +237,19 @@ fn gemv(
     m: usize,
 ) -> Result<()> {
     const OP: &str = "matmul";
+    let half = matches!(f, DevFormat::F16 | DevFormat::BF16);
+    // 16-byte loads of weight rows and activations: rows of 8s and an aligned x.
+    if half && m == 1 && cols.is_multiple_of(8) && x.is_multiple_of(16) && split_gemv() {
+        let r4 = rows >= HALF_R1_MAX_ROWS;
+        let (per, threads) = if r4 { (4, 128) } else { (1, 256) };
+        return be.launch(
+            OP,
+            Kernel::GemvHalf(f == DevFormat::BF16, r4),
+            (rows.div_ceil(per) as u32, 1, 1),
+            threads,
+            args![w, x, out, rows as i32, cols as i32],
+        );
+    }
     let variant = if m == 1 { Rows::One } else { Rows::UpTo8 };
     let grid = (rows.div_ceil(GEMV_WARPS) as u32, 1, 1);
     // Rows of a fused block (8 warps x 2 rows, kernels/gemv.cu) and its shared activation bytes.

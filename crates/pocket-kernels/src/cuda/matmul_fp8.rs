@@ -49,6 +49,37 @@ use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 const GEMV_BLOCK_ROWS: usize = 16;
 /// Threads per GEMV block (4 warps).
 const GEMV_BLOCK_THREADS: u32 = 128;
+/// Threads per block of the split one-row GEMV (FP8K_THREADS in kernels/gemv_fp8.cu).
+const SPLIT_BLOCK_THREADS: u32 = 128;
+/// Weight rows per block of the split one-row GEMV: 0 = not read yet, else 2 or 4.
+static SPLIT_ROWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Weight rows per block of `gemv_fp8_*_n1k*`: 4 (default) or 2 (`POCKET_GEMV_FP8_ROWS=2`, or
+/// [`CudaBackend::set_fp8_split_rows`]); both variants stay built for an A/B on the device.
+fn split_rows() -> usize {
+    use std::sync::atomic::Ordering::Relaxed;
+    match SPLIT_ROWS.load(Relaxed) {
+        0 => {
+            let r = match std::env::var("POCKET_GEMV_FP8_ROWS").as_deref() {
+                Ok("2") => 2,
+                _ => 4,
+            };
+            SPLIT_ROWS.store(r, Relaxed);
+            r
+        }
+        r => r,
+    }
+}
+
+impl CudaBackend {
+    /// Weight rows per block of the split one-row FP8 GEMV (2 or 4; anything else means 4).
+    /// Process-wide, for A/B benchmarks and tests.
+    pub fn set_fp8_split_rows(&self, rows: usize) {
+        let r = if rows == 2 { 2 } else { 4 };
+        SPLIT_ROWS.store(r, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Bytes of dequantized weight per cuBLAS chunk (64 MiB: 32M f16 or 16M f32 weights), so the
 /// FP8 path never holds a wider copy of a whole matrix.
 const W_CHUNK_BYTES: usize = 64 << 20;
@@ -105,6 +136,9 @@ impl GemvRows {
 pub enum Fp8Kernel {
     /// Decode GEMV for a number of activation rows.
     Gemv(Fp8Kind, GemvRows),
+    /// One-row decode GEMV with the columns split over a 128-thread block of 2 (`false`) or 4
+    /// (`true`) weight rows (`_n1k2` / `_n1k4`).
+    GemvSplit(Fp8Kind, bool),
     /// Rows of W to f16 for the fast prefill GEMM.
     DequantF16(Fp8Kind),
     /// Rows of W to f32 for the exact prefill GEMM.
@@ -133,6 +167,16 @@ impl Fp8Kernel {
                     (true, true, Eight) => "gemv_fp8_e5m2_b_n8",
                 }
             }
+            K::GemvSplit(f, r4) => match (f.e5m2, f.tiled, r4) {
+                (false, false, false) => "gemv_fp8_e4m3_t_n1k2",
+                (false, true, false) => "gemv_fp8_e4m3_b_n1k2",
+                (true, false, false) => "gemv_fp8_e5m2_t_n1k2",
+                (true, true, false) => "gemv_fp8_e5m2_b_n1k2",
+                (false, false, true) => "gemv_fp8_e4m3_t_n1k4",
+                (false, true, true) => "gemv_fp8_e4m3_b_n1k4",
+                (true, false, true) => "gemv_fp8_e5m2_t_n1k4",
+                (true, true, true) => "gemv_fp8_e5m2_b_n1k4",
+            },
             K::DequantF16(f) => match (f.e5m2, f.tiled) {
                 (false, false) => "dequant_fp8_e4m3_t_f16",
                 (false, true) => "dequant_fp8_e4m3_b_f16",
@@ -276,6 +320,26 @@ pub(crate) fn gemv(
     cols: usize,
     m: usize,
 ) -> Result<()> {
+    if m == 1 && super::matmul::split_gemv() {
+        let r4 = split_rows() == 4;
+        let per = if r4 { 4 } else { 2 };
+        return be.launch(
+            "matmul",
+            Kernel::Fp8(Fp8Kernel::GemvSplit(kind, r4)),
+            (rows.div_ceil(per) as u32, 1, 1),
+            SPLIT_BLOCK_THREADS,
+            args![
+                w,
+                scales,
+                tscale,
+                x,
+                out,
+                rows as i32,
+                cols as i32,
+                m as i32
+            ],
+        );
+    }
     be.launch(
         "matmul",
         Kernel::Fp8(Fp8Kernel::Gemv(kind, GemvRows::for_rows(m))),
