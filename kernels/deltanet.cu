@@ -30,6 +30,9 @@ extern "C" __global__ void causal_conv1d_silu(const float* __restrict__ x, const
         wr[j] = j < K ? w[(size_t)ch * K + j] : 0.f;
         hist[j] = 0.f;
     }
+    // The conv weight is a weight (may be read before the wait); x and the state are not.
+    pdl_wait();
+    pdl_trigger();
     float* st = conv_state + (size_t)state_slots[s] * win * C;
     if (has_state[s]) {
 #pragma unroll
@@ -62,6 +65,8 @@ extern "C" __global__ void causal_conv1d_silu(const float* __restrict__ x, const
 extern "C" __global__ void delta_gates(const float* __restrict__ alpha, const float* __restrict__ b,
                                        const float* __restrict__ a_neg, const float* __restrict__ dt_bias,
                                        float* __restrict__ g, float* __restrict__ beta, size_t total, int H) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     int h = (int)(i % H);
@@ -83,8 +88,8 @@ extern "C" __global__ void delta_gates(const float* __restrict__ alpha, const fl
 // Decode (one row per sequence) and prefill use this one kernel. For prefill it scans the
 // sequence's tokens in order with the state on chip: exact (the arithmetic of the recurrent
 // reference) and one pass over the state per sequence instead of per token, but the token loop is
-// serial. The follow-up is transformers' chunked WY/UT form on tensor cores (64-token chunks: a
-// triangular solve per chunk, then chunk-level GEMMs), which parallelises inside a chunk.
+// serial. Longer prefills take the chunked WY/UT form below (delta_chunk_prep / delta_chunk_scan);
+// this scan stays the decode kernel, the short-prompt path and the POCKET_DELTA_PREFILL=scan one.
 //
 // Shared memory (dynamic): q and k of the current token (normalised, [dk] each) and two [R][32]
 // reduction buffers (kv and o), so a token needs three barriers.
@@ -107,6 +112,8 @@ gated_delta_rule(const float* __restrict__ qkv, const float* __restrict__ g, con
     int kh = tiled ? h % hk : h / (hv / hk);
     int width = 2 * hk * dk + hv * dv;
     bool col = j < dv;
+    pdl_wait();
+    pdl_trigger();
 
     float S[DR_RPT];
     float* st = state + ((size_t)state_slots[s] * hv + h) * dk * dv;
@@ -177,6 +184,8 @@ extern "C" __global__ void gated_rms_norm(const float* __restrict__ x, const flo
                                           const float* __restrict__ w, float* __restrict__ out, int d,
                                           float eps) {
     __shared__ float part[32];
+    pdl_wait();
+    pdl_trigger();
     const float* xr = x + (size_t)blockIdx.x * d;
     const float* gr = gate + (size_t)blockIdx.x * d;
     float* orow = out + (size_t)blockIdx.x * d;
@@ -195,6 +204,8 @@ extern "C" __global__ void gated_rms_norm(const float* __restrict__ x, const flo
 // first[r, c] = x[r, c], second[r, c] = x[r, d + c], one thread per output element.
 extern "C" __global__ void split_halves(const float* __restrict__ x, float* __restrict__ first,
                                         float* __restrict__ second, size_t total, int d) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t r = i / d, c = i % d;
@@ -204,6 +215,285 @@ extern "C" __global__ void split_halves(const float* __restrict__ x, float* __re
 
 // x *= sigmoid(gate).
 extern "C" __global__ void sigmoid_mul(float* __restrict__ x, const float* __restrict__ gate, size_t total) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) x[i] *= sigmoid_f(gate[i]);
+}
+
+// ---- chunked prefill of the gated delta rule (WY / UT transform) ---------------------------------
+// transformers' `torch_chunk_gated_delta_rule` and the CPU's `chunked_form`
+// (crates/pocket-kernels/src/cpu/delta_rule.rs), in two kernels per piece of a prefill:
+//   delta_chunk_prep  one block per (chunk, value head, sequence), all chunks at once: normalises
+//                     q and k, takes γ = cumsum(g) inside the chunk, builds
+//                     A[i,j] = β_i (k_i·k_j) e^(γi-γj) (strictly lower) and
+//                     P[i,j] = (q_i·k_j) e^(γi-γj) (j <= i), solves (I + A) W = β e^γ k and
+//                     (I + A) U = β v by forward substitution (each thread owns one column, so the
+//                     64 steps need no barrier), and writes W, U, e^γ q, e^(γlast-γ) k, P, e^γlast.
+//   delta_chunk_scan  one block per (sequence, value head, 32-column slab of the state), walking
+//                     the chunks in order with its [dk, 32] slab of S in shared memory:
+//                     vn = U - W S;  o = (e^γ q) S + P vn;  S = e^γlast S + (e^(γlast-γ) k)ᵀ vn.
+// Only the second kernel is serial in the chunks, and its work per chunk is three small GEMMs
+// instead of 64 dependent token steps with three barriers each. This is the plain-FMA first step:
+// the GEMMs run from shared memory with register tiles (8 outputs per thread, float4 broadcast
+// loads); moving them to mma.sync tensor cores is the follow-up. Padded rows (past the end of the
+// sequence) and padded columns (dk, dv rounded up to 32) are written as zeros by the prep kernel so
+// the scan needs no bounds checks in its inner loops.
+#define DC_T 64
+#define DC_THREADS 256
+
+// Floats of one (sequence, chunk, head) item of the scratch: W, e^γ q and e^(γlast-γ) k
+// [64][ldk], U [64][ldv], P [64][64], then e^γlast padded to 4 floats (keeps items 16-byte aligned).
+DEVI size_t dc_item(int ldk, int ldv) { return (size_t)DC_T * (3 * ldk + ldv + DC_T) + 4; }
+
+extern "C" __global__ void __launch_bounds__(DC_THREADS)
+delta_chunk_prep(const float* __restrict__ qkv, const float* __restrict__ g, const float* __restrict__ beta,
+                 float* __restrict__ scratch, const uint32_t* __restrict__ query_start, int hk, int hv,
+                 int dk, int dv, int tiled, float l2_eps, float scale, int c0, int pc) {
+    extern __shared__ float smem[];
+    int cl = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int ldk = (dk + 31) & ~31, ldv = (dv + 31) & ~31;
+    int ks = ldk + 1;                 // odd row stride: lanes reading different rows of K hit different banks
+    int r2 = ks > ldv ? ks : ldv;     // row capacity of the second region (Q, then U)
+    float* Ks = smem;                 // [64][ks] normalised k, then W in place
+    float* Qs = Ks + DC_T * ks;       // [64][ks] normalised, scaled q; then U [64][ldv]
+    float* A = Qs + DC_T * r2;        // [64][65]
+    float* gam = A + DC_T * (DC_T + 1);
+    float* bet = gam + DC_T;
+    pdl_wait();
+    pdl_trigger();
+    uint32_t r0 = query_start[s], r1 = query_start[s + 1];
+    uint32_t t0 = r0 + (uint32_t)(c0 + cl) * DC_T;
+    if (t0 >= r1) return;
+    int m = (int)min((uint32_t)DC_T, r1 - t0);
+    int kh = tiled ? h % hk : h / (hv / hk);
+    size_t width = 2 * (size_t)hk * dk + (size_t)hv * dv;
+    float* item = scratch + ((size_t)(s * pc + cl) * hv + h) * dc_item(ldk, ldv);
+    float* W = item;
+    float* U = W + DC_T * ldk;
+    float* Qg = U + DC_T * ldv;
+    float* Kd = Qg + DC_T * ldk;
+    float* P = Kd + DC_T * ldk;
+    float* gl = P + DC_T * DC_T;
+
+    // q and k rows, L2-normalised (a warp per row), zero past the sequence and past dk.
+    for (int t = warp; t < DC_T; t += DC_THREADS / 32) {
+        float iq = 0.f, ik = 0.f;
+        const float* x = qkv + (size_t)(t0 + t) * width;
+        if (t < m) {
+            float sq = 0.f, sk = 0.f;
+            for (int i = lane; i < dk; i += 32) {
+                float a = x[(size_t)kh * dk + i], b = x[(size_t)(hk + kh) * dk + i];
+                sq += a * a;
+                sk += b * b;
+            }
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
+            iq = rsqrtf(sq + l2_eps) * scale;
+            ik = rsqrtf(sk + l2_eps);
+        }
+        for (int i = lane; i < ks; i += 32) {
+            bool in = t < m && i < dk;
+            Qs[t * ks + i] = in ? x[(size_t)kh * dk + i] * iq : 0.f;
+            Ks[t * ks + i] = in ? x[(size_t)(hk + kh) * dk + i] * ik : 0.f;
+        }
+    }
+    if (tid < DC_T) {
+        bool in = tid < m;
+        gam[tid] = in ? g[(size_t)(t0 + tid) * hv + h] : 0.f;
+        bet[tid] = in ? beta[(size_t)(t0 + tid) * hv + h] : 0.f;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        // Sequential, as the CPU sums it (64 adds).
+        float acc = 0.f;
+        for (int i = 0; i < DC_T; i++) {
+            acc += gam[i];
+            gam[i] = acc;
+        }
+        gl[0] = expf(gam[m - 1]);
+        gl[1] = gl[2] = gl[3] = 0.f;
+    }
+    __syncthreads();
+
+    // A (kept here) and P (to the scratch): a warp covers 32 consecutive j of one i, so K[j] rows
+    // are read at the odd stride (conflict-free) and K[i], Q[i] are broadcasts.
+    for (int idx = tid; idx < DC_T * DC_T; idx += DC_THREADS) {
+        int i = idx / DC_T, j = idx % DC_T;
+        float a = 0.f, p = 0.f;
+        if (i < m && j <= i) {
+            float dkk = 0.f, dqk = 0.f;
+            const float *ki = Ks + i * ks, *qi = Qs + i * ks, *kj = Ks + j * ks;
+            for (int d = 0; d < dk; d++) {
+                dkk += ki[d] * kj[d];
+                dqk += qi[d] * kj[d];
+            }
+            float dec = expf(gam[i] - gam[j]);
+            if (j < i) a = bet[i] * dkk * dec;
+            p = dqk * dec;
+        }
+        A[i * (DC_T + 1) + j] = a;
+        P[idx] = p;
+    }
+    // e^γ q and e^(γlast-γ) k (zero rows past m: Q and K are zero there).
+    float glast = gam[m - 1];
+    for (int idx = tid; idx < DC_T * ldk; idx += DC_THREADS) {
+        int t = idx / ldk, i = idx % ldk;
+        Qg[idx] = Qs[t * ks + i] * expf(gam[t]);
+        Kd[idx] = Ks[t * ks + i] * expf(glast - gam[t]);
+    }
+    __syncthreads();
+
+    // Forward substitution, one column of [W | U] per thread, in place:
+    // X_i = init_i - sum_{j<i} A[i,j] X_j (the CPU's order).
+    for (int c = tid; c < ldk + ldv; c += DC_THREADS) {
+        float* X;
+        int stride;
+        if (c < ldk) {
+            X = Ks + c;
+            stride = ks;
+            for (int i = 0; i < DC_T; i++) X[i * stride] = i < m ? bet[i] * expf(gam[i]) * X[i * stride] : 0.f;
+        } else {
+            int cv = c - ldk;
+            X = Qs + cv;
+            stride = ldv;
+            const float* v = qkv + (size_t)t0 * width + 2 * (size_t)hk * dk + (size_t)h * dv + cv;
+            for (int i = 0; i < DC_T; i++)
+                X[i * stride] = (i < m && cv < dv) ? bet[i] * v[(size_t)i * width] : 0.f;
+        }
+        for (int i = 1; i < m; i++) {
+            float acc = X[i * stride];
+            const float* ai = A + i * (DC_T + 1);
+            for (int j = 0; j < i; j++) acc -= ai[j] * X[j * stride];
+            X[i * stride] = acc;
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < DC_T * ldk; idx += DC_THREADS) W[idx] = Ks[(idx / ldk) * ks + idx % ldk];
+    for (int idx = tid; idx < DC_T * ldv; idx += DC_THREADS) U[idx] = Qs[idx];
+}
+
+// Copies n floats (a multiple of 4, 16-byte aligned) from global to shared memory.
+DEVI void dc_stage(float* __restrict__ dst, const float* __restrict__ src, int n) {
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
+        ((float4*)dst)[i] = ((const float4*)src)[i];
+}
+
+extern "C" __global__ void __launch_bounds__(DC_THREADS)
+delta_chunk_scan(const float* __restrict__ scratch, float* __restrict__ state, float* __restrict__ out,
+                 const uint32_t* __restrict__ query_start, const uint32_t* __restrict__ state_slots,
+                 const uint32_t* __restrict__ has_state, int hv, int dk, int dv, int c0, int pc,
+                 int first) {
+    extern __shared__ float smem[];
+    int s = blockIdx.x, h = blockIdx.y;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int j = blockIdx.z * 32 + lane;
+    bool col = j < dv;
+    int ldk = (dk + 31) & ~31, ldv = (dv + 31) & ~31;
+    int rpw = ldk / (DC_THREADS / 32); // state rows per warp in the update: a multiple of 4, <= 16
+    float* Ss = smem;                  // [ldk][32] the slab of S
+    float* X = Ss + ldk * 32;          // [64][ldk] W, then e^γ q, then e^(γlast-γ) k
+    float* Pb = X + DC_T * ldk;        // [64][64]
+    float* Vn = Pb + DC_T * DC_T;      // [64][32] vn of the slab
+    pdl_wait();
+    pdl_trigger();
+    float* st = state + ((size_t)state_slots[s] * hv + h) * dk * dv;
+    bool has = !first || has_state[s] != 0;
+    for (int i = warp; i < ldk; i += DC_THREADS / 32)
+        Ss[i * 32 + lane] = (has && col && i < dk) ? st[(size_t)i * dv + j] : 0.f;
+    uint32_t r0 = query_start[s], r1 = query_start[s + 1];
+    int nch = (int)((r1 - r0 + DC_T - 1) / DC_T);
+    int cend = min(nch, c0 + pc);
+    size_t isz = dc_item(ldk, ldv);
+    for (int c = c0; c < cend; c++) {
+        const float* W = scratch + ((size_t)(s * pc + c - c0) * hv + h) * isz;
+        const float* U = W + DC_T * ldk;
+        const float* Qg = U + DC_T * ldv;
+        const float* Kd = Qg + DC_T * ldk;
+        const float* P = Kd + DC_T * ldk;
+        float glast = P[DC_T * DC_T];
+        uint32_t t0 = r0 + (uint32_t)c * DC_T;
+        int m = (int)min((uint32_t)DC_T, r1 - t0);
+        float acc[8];
+
+        __syncthreads(); // the previous chunk's update of Ss is done and X is free
+        dc_stage(X, W, DC_T * ldk);
+        __syncthreads();
+        // vn = U - W S: warp w owns rows 8w..8w+7, lane the column.
+#pragma unroll
+        for (int r = 0; r < 8; r++) acc[r] = 0.f;
+        for (int i = 0; i < ldk; i += 4) {
+            float s0 = Ss[i * 32 + lane], s1 = Ss[(i + 1) * 32 + lane];
+            float s2 = Ss[(i + 2) * 32 + lane], s3 = Ss[(i + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float4 w = *(const float4*)&X[(warp * 8 + r) * ldk + i];
+                acc[r] += w.x * s0 + w.y * s1 + w.z * s2 + w.w * s3;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            int t = warp * 8 + r;
+            Vn[t * 32 + lane] = (col ? U[t * ldv + j] : 0.f) - acc[r];
+        }
+        __syncthreads();
+        dc_stage(X, Qg, DC_T * ldk);
+        dc_stage(Pb, P, DC_T * DC_T);
+        __syncthreads();
+        // o = (e^γ q) S + P vn.
+#pragma unroll
+        for (int r = 0; r < 8; r++) acc[r] = 0.f;
+        for (int i = 0; i < ldk; i += 4) {
+            float s0 = Ss[i * 32 + lane], s1 = Ss[(i + 1) * 32 + lane];
+            float s2 = Ss[(i + 2) * 32 + lane], s3 = Ss[(i + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float4 q = *(const float4*)&X[(warp * 8 + r) * ldk + i];
+                acc[r] += q.x * s0 + q.y * s1 + q.z * s2 + q.w * s3;
+            }
+        }
+        for (int jj = 0; jj < DC_T; jj += 4) {
+            float v0 = Vn[jj * 32 + lane], v1 = Vn[(jj + 1) * 32 + lane];
+            float v2 = Vn[(jj + 2) * 32 + lane], v3 = Vn[(jj + 3) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                float4 p = *(const float4*)&Pb[(warp * 8 + r) * DC_T + jj];
+                acc[r] += p.x * v0 + p.y * v1 + p.z * v2 + p.w * v3;
+            }
+        }
+        if (col) {
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                int t = warp * 8 + r;
+                if (t < m) out[(size_t)(t0 + t) * hv * dv + (size_t)h * dv + j] = acc[r];
+            }
+        }
+        __syncthreads();
+        dc_stage(X, Kd, DC_T * ldk);
+        __syncthreads();
+        // S = e^γlast S + (e^(γlast-γ) k)ᵀ vn: warp w owns state rows rpw*w .. rpw*w + rpw - 1.
+        float sn[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++) sn[r] = r < rpw ? glast * Ss[(warp * rpw + r) * 32 + lane] : 0.f;
+        for (int jj = 0; jj < DC_T; jj++) {
+            float v = Vn[jj * 32 + lane];
+#pragma unroll
+            for (int q4 = 0; q4 < 4; q4++) {
+                if (4 * q4 < rpw) {
+                    float4 k = *(const float4*)&X[jj * ldk + warp * rpw + 4 * q4];
+                    sn[4 * q4] += k.x * v;
+                    sn[4 * q4 + 1] += k.y * v;
+                    sn[4 * q4 + 2] += k.z * v;
+                    sn[4 * q4 + 3] += k.w * v;
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 16; r++)
+            if (r < rpw) Ss[(warp * rpw + r) * 32 + lane] = sn[r];
+    }
+    __syncthreads();
+    if (col)
+        for (int i = warp; i < dk; i += DC_THREADS / 32) st[(size_t)i * dv + j] = Ss[i * 32 + lane];
 }

@@ -562,3 +562,68 @@ fn bench_gemv_split_shapes() {
         println!("{l}");
     }
 }
+
+/// The delta-rule prefill of one Qwen3.5-27B DeltaNet layer (16 key / 48 value heads, 128 x 128
+/// state, one sequence continuing from stored state) at 512 and 4096 tokens: the token scan
+/// (`POCKET_DELTA_PREFILL=scan`) against the chunked WY/UT kernels (`=chunked`).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_delta_rule_prefill() {
+    use pocket_kernels::{DeltaRuleParams, HeadGrouping, RecurrentMeta};
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let p = DeltaRuleParams {
+        k_heads: 16,
+        v_heads: 48,
+        k_dim: 128,
+        v_dim: 128,
+        grouping: HeadGrouping::Tiled,
+        l2_eps: 1e-6,
+        scale: 1.0 / (128f32).sqrt(),
+    };
+    let (w, hv) = (p.qkv_width(), p.v_heads);
+    let mut lines = Vec::new();
+    for n in [512usize, 4096] {
+        let wave = |i: usize, a: f32| ((i * 7919) % 1000) as f32 / 1000.0 * a;
+        let x: Vec<f32> = (0..n * w).map(|i| wave(i, 2.0) - 1.0).collect();
+        let g: Vec<f32> = (0..n * hv).map(|i| -0.3 * wave(i, 1.0)).collect();
+        let beta: Vec<f32> = (0..n * hv).map(|i| 0.1 + 0.8 * wave(i, 1.0)).collect();
+        let st0: Vec<f32> = (0..hv * 128 * 128).map(|i| wave(i, 0.2) - 0.1).collect();
+        let xt = be.upload_f32(&x, &[n, w]).unwrap();
+        let gt = be.upload_f32(&g, &[n, hv]).unwrap();
+        let bt = be.upload_f32(&beta, &[n, hv]).unwrap();
+        let mut st = be.upload_f32(&st0, &[1, hv, 128, 128]).unwrap();
+        let mut out = be.alloc(DType::F32, &[n, hv * 128]).unwrap();
+        let m = RecurrentMeta {
+            query_start: be.upload_u32(&[0, n as u32], &[2]).unwrap(),
+            state_slots: be.upload_u32(&[0], &[1]).unwrap(),
+            has_state: be.upload_u32(&[1], &[1]).unwrap(),
+            num_seqs: 1,
+            max_rows: n,
+        };
+        for form in ["scan", "chunked"] {
+            std::env::set_var("POCKET_DELTA_PREFILL", form);
+            let ms = time_ms(&be, 2, 10, |_| {
+                be.gated_delta_rule_chunked(&xt, &gt, &bt, &mut st, &m, &p, &mut out)
+                    .unwrap()
+            });
+            let line = format!(
+                "delta rule prefill 27B layer {n:5} tokens {form:8} {:9.1} us  {:8.0} tokens/s",
+                ms * 1e3,
+                n as f64 / (ms * 1e-3)
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+        std::env::remove_var("POCKET_DELTA_PREFILL");
+    }
+    println!("\n==== summary: delta rule prefill, scan vs chunked ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

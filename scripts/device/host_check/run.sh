@@ -4,13 +4,15 @@
 #    decode16 reference decoder, on random blocks and int8 activations.
 #  * attn_emu: the decode attention kernel (kernels/attention.cu, attn_decode) run with one host
 #    thread per CUDA thread (barriers for __syncthreads and shuffles) against an f64 reference.
+#  * delta_emu: the chunked delta-rule prefill (kernels/deltanet.cu, delta_chunk_prep/_scan) the
+#    same way, against an f64 token-by-token reference.
 # The kernel sources are extracted from kernels/ as they are, so this checks the committed code.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-cp "$HERE"/shim.h "$HERE"/dot_check.cpp "$HERE"/attn_emu.cpp "$WORK"/
+cp "$HERE"/shim.h "$HERE"/dot_check.cpp "$HERE"/attn_emu.cpp "$HERE"/delta_emu.cpp "$WORK"/
 python3 - "$ROOT" "$WORK" <<'PY'
 import sys
 root, work = sys.argv[1], sys.argv[2]
@@ -25,9 +27,14 @@ a = open(f"{root}/kernels/attention.cu").read()
 args = a[a.index("struct AttnArgs {"):a.index("template <typename T>\n__device__ void attention(")]
 dec = a[a.index("#define ATD_THREADS 128"):a.index("#define DEF_ATTN_DECODE")]
 open(f"{work}/kern.h", "w").write(args + dec)
+d = open(f"{root}/kernels/deltanet.cu").read()
+d = d[d.index("#define DC_T 64"):].replace("extern __shared__ float smem[];", "float* smem = g_smem;")
+open(f"{work}/delta_kern.h", "w").write(d.replace('extern "C" ', ""))
 PY
 cd "$WORK"
 g++ -O1 -std=c++17 -w dot_check.cpp -o dot_check
 g++ -O1 -std=c++20 -w -pthread attn_emu.cpp -o attn_emu
 ./dot_check | tail -n 13
 ./attn_emu
+g++ -O1 -std=c++20 -w -pthread delta_emu.cpp -o delta_emu
+./delta_emu

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "f9840d9d2705610a271f69465b2449dbd6db5586b3cc7ef53cc22ee178d68cfb";
+    "6754d09318934ef24890ffda3a50c0253f35675437b3abb8a11a19b9abe05b4f";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

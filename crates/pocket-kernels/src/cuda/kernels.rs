@@ -234,6 +234,10 @@ pub enum Kernel {
     DeltaGates,
     /// The gated delta rule, state on chip (decode and prefill).
     GatedDeltaRule,
+    /// Chunked delta-rule prefill, part 1: per-chunk W, U, P (all chunks in parallel).
+    DeltaChunkPrep,
+    /// Chunked delta-rule prefill, part 2: the state carried across chunks.
+    DeltaChunkScan,
     /// `x / rms(x) * w * silu(gate)`.
     GatedRmsNorm,
     /// Row halves of `[rows, 2d]`.
@@ -351,6 +355,8 @@ impl Kernel {
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),
             Kernel::GatedDeltaRule => (M::Deltanet, "gated_delta_rule"),
+            Kernel::DeltaChunkPrep => (M::Deltanet, "delta_chunk_prep"),
+            Kernel::DeltaChunkScan => (M::Deltanet, "delta_chunk_scan"),
             Kernel::GatedRmsNorm => (M::Deltanet, "gated_rms_norm"),
             Kernel::SplitHalves => (M::Deltanet, "split_halves"),
             Kernel::SplitColumns3 => (M::Split, "split_columns3"),

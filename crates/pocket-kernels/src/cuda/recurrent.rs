@@ -11,6 +11,9 @@ use crate::recurrent::{
 };
 use crate::{DType, KernelError, Result, Tensor};
 
+mod chunked;
+use chunked::{delta_rule_chunked, prefill_form, PrefillForm};
+
 /// Threads per block of the elementwise kernels.
 const TPB: u32 = 256;
 /// Longest conv kernel the conv kernel keeps in registers (`CONV_MAX_K` in deltanet.cu).
@@ -121,8 +124,9 @@ pub(crate) fn delta_gates(
     )
 }
 
-/// Both forms of the delta rule: one kernel that keeps each head's state on chip for the whole
-/// call (see `gated_delta_rule` in kernels/deltanet.cu for why prefill uses it too for now).
+/// Both forms of the delta rule. Decode (`gated_delta_rule_recurrent`) always scans tokens with
+/// the state on chip; prefill (`gated_delta_rule_chunked`) takes the chunked WY/UT kernels of
+/// deltanet.cu when [`prefill_form`] picks them, else the same scan.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gated_delta_rule(
     be: &CudaBackend,
@@ -136,6 +140,12 @@ pub(crate) fn gated_delta_rule(
     out: &mut Tensor,
 ) -> Result<()> {
     let geo = check_delta_rule(op, qkv, g, beta, state, p, out)?;
+    if op == "gated_delta_rule_chunked" && prefill_form(p, meta.max_rows) == PrefillForm::Chunked {
+        // `None`: this GPU cannot give the chunk kernels their shared memory; scan instead.
+        if let Some(r) = delta_rule_chunked(be, op, qkv, g, beta, state, meta, p, out, geo.slots) {
+            return r;
+        }
+    }
     let n = geo.n;
     // R warps of DR_RPT rows each cover the k_dim rows of a 32-column slab.
     let warps = p.k_dim.div_ceil(DR_RPT);
