@@ -30,7 +30,18 @@ struct AttnArgs {
     float* part_ml;   // [rows, heads, splits, 2]
     int num_seqs, heads, kv_heads, head_dim, block_size, max_blocks, window, splits;
     float scale, softcap;
+    // Decode kernel: fewest keys worth a split of their own. The kernel uses
+    // dec_splits(keys, splits, min_keys) <= splits of its blocks for the sequence's real length
+    // (read on the device), so a graph captured with a large split count stays cheap at short
+    // contexts; attn_combine recomputes the same count.
+    int min_keys;
 };
+
+// Splits the decode kernel really uses for `nkeys` keys: one per `min_keys` keys, at most `splits`.
+DEVI int dec_splits(int nkeys, int splits, int min_keys) {
+    int e = (nkeys + min_keys - 1) / min_keys;
+    return e < 1 ? 1 : (e > splits ? splits : e);
+}
 
 template <typename T>
 __device__ void attention(const AttnArgs& a) {
@@ -126,39 +137,91 @@ __device__ void attention(const AttnArgs& a) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_f32(AttnArgs a) { attention<float>(a); }
-extern "C" __global__ void __launch_bounds__(128) attn_f16(AttnArgs a) { attention<__half>(a); }
-extern "C" __global__ void __launch_bounds__(128) attn_bf16(AttnArgs a) { attention<__nv_bfloat16>(a); }
+// q, the caches and the batch metadata are all written by earlier kernels of the step, so there is
+// nothing to prefetch before pdl_wait(); the trigger lets the next kernel (the combine or the
+// output projection) get scheduled while this one runs, and its own pdl_wait() keeps it correct.
+#define DEF_ATTN(name, T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(128) attn_##name(AttnArgs a) {                   \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attention<T>(a);                                                                           \
+    }
+DEF_ATTN(f32, float)
+DEF_ATTN(f16, __half)
+DEF_ATTN(bf16, __nv_bfloat16)
 
-// Merges the splits of each (row, head): grid (rows, heads), head_dim threads (up to 256).
+// Merges the splits of each (row, head): grid (rows, heads), head_dim threads rounded up to a warp
+// (up to 256), at most ATC_MAX_SPLITS splits. The split weights are computed once per block in
+// shared memory (one split per thread), so the per-dimension loop is loads and FMAs only.
+// dec_seq_lens != null: the partials come from the decode kernel (row = sequence), which used
+// dec_splits(...) of the splits; when that is 1 its block already wrote `out` and this returns.
+#define ATC_MAX_SPLITS 256
 extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                                        float* __restrict__ out, int heads, int head_dim, int splits) {
+                                        float* __restrict__ out, int heads, int head_dim, int splits,
+                                        const uint32_t* __restrict__ dec_seq_lens, int window, int min_keys) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float sw[ATC_MAX_SPLITS];
+    __shared__ float sred[8];
+    int tid = threadIdx.x, nt = blockDim.x;
+    int n = splits;
+    if (dec_seq_lens != nullptr) {
+        int pos = (int)dec_seq_lens[blockIdx.x] - 1;
+        int k_lo = window > 0 ? max(0, pos - window + 1) : 0;
+        n = dec_splits(pos - k_lo + 1, splits, min_keys);
+        if (n == 1) return;
+    }
     size_t rh = (size_t)blockIdx.x * heads + blockIdx.y;
+    const float* ml = part_ml + rh * splits * 2;
+    const float* acc = part_acc + rh * splits * head_dim;
+    float mx = -INFINITY;
+    for (int k = tid; k < n; k += nt) mx = fmaxf(mx, ml[2 * k]);
+    mx = warp_max(mx);
+    if (tid % 32 == 0) sred[tid / 32] = mx;
+    __syncthreads();
     float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, part_ml[(rh * splits + s) * 2]);
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float L = 0.f, o = 0.f;
-        for (int s = 0; s < splits; s++) {
-            float ms = part_ml[(rh * splits + s) * 2];
-            float w = ms == -INFINITY ? 0.f : __expf(ms - M);
-            L += part_ml[(rh * splits + s) * 2 + 1] * w;
-            o += part_acc[(rh * splits + s) * head_dim + d] * w;
+    for (int w = 0; w < nt / 32; w++) M = fmaxf(M, sred[w]);
+    __syncthreads();
+    float ls = 0.f;
+    for (int k = tid; k < n; k += nt) {
+        float ms = ml[2 * k];
+        float w = ms == -INFINITY ? 0.f : __expf(ms - M);
+        sw[k] = w;
+        ls += ml[2 * k + 1] * w;
+    }
+    ls = warp_sum(ls);
+    if (tid % 32 == 0) sred[tid / 32] = ls;
+    __syncthreads();
+    float L = 0.f;
+    for (int w = 0; w < nt / 32; w++) L += sred[w];
+    for (int d = tid; d < head_dim; d += nt) {
+        float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+        int k = 0;
+        for (; k + 4 <= n; k += 4) {
+            o0 += acc[(size_t)k * head_dim + d] * sw[k];
+            o1 += acc[(size_t)(k + 1) * head_dim + d] * sw[k + 1];
+            o2 += acc[(size_t)(k + 2) * head_dim + d] * sw[k + 2];
+            o3 += acc[(size_t)(k + 3) * head_dim + d] * sw[k + 3];
         }
-        out[rh * head_dim + d] = L > 0.f ? o / L : 0.f;
+        for (; k < n; k++) o0 += acc[(size_t)k * head_dim + d] * sw[k];
+        out[rh * head_dim + d] = L > 0.f ? ((o0 + o1) + (o2 + o3)) / L : 0.f;
     }
 }
 
-// ---- decode: one query row per sequence, lanes over keys, one pass over each KV head ----------
+// ---- decode: one query row per sequence, lanes over dims of a few keys at once -----------------
 // Grid (sequences, kv heads, splits); 128 threads. The block serves all G query heads of its KV
-// head, so each K and V row is read once for the whole GQA group. Threads form groups of
-// TPK = head_dim / 8 lanes; a group owns one key at a time and each lane holds 8 of its dims
-// (16-byte loads of f16/bf16 rows, 256 contiguous bytes per key at head_dim 128). A group walks
-// keys grp, grp + KG, ... (KG = 128 / TPK groups), ATD_UNROLL keys per iteration with their K and
-// V loads issued together, and keeps its own online softmax per query head. The groups merge in
-// shared memory at the end; splits > 1 write the same partials as `attention` for attn_combine.
-// Needs head_dim in {8, 16, 32, 64, 128, 256}, G <= GM and 16-byte aligned cache rows.
+// head, so each K and V row is read once for the whole GQA group. Threads form KG = 128 / TPK
+// groups of TPK = HD / 8 lanes; a group owns one key at a time and each lane holds 8 of its dims
+// (16-byte loads of f16/bf16 rows). Per iteration a group issues the K and V loads of U keys
+// (grp, grp + KG, ...) together, forms the G x U partial dot products, and reduces them across its
+// TPK lanes in one interleaved butterfly (HD and G are template constants, so every loop unrolls
+// and the G x U shuffle chains overlap instead of running one key at a time). Each group keeps an
+// online softmax per query head; the groups merge in shared memory (the per-group weights are
+// computed once, then every output is KG independent loads and FMAs).
+// Splits: the kernel reads the sequence's length and uses dec_splits(keys, splits, min_keys) of
+// its split blocks (the rest exit at once); with one, block 0 writes `out` and no partials.
+// Needs HD in {64, 128, 256}, G <= GM and 16-byte aligned q and cache rows.
 #define ATD_THREADS 128
-#define ATD_UNROLL 4
 
 template <typename T> struct Kv8;
 template <> struct Kv8<__half> {
@@ -197,8 +260,221 @@ template <> struct Kv8<float> {
     }
 };
 
+// Keys per group per iteration: as many K/V loads in flight as the registers allow without
+// spilling (f32 rows are twice the registers of f16/bf16 ones; GM > 4 holds twice the q and acc).
+template <typename T, int GM> struct AtdUnroll {
+    static constexpr int U = sizeof(T) == 4 ? (GM > 4 ? 1 : 2) : (GM > 4 ? 2 : 4);
+};
+
+// Shared memory of one block: accumulators [KG][GM][HD] (KG * HD = 8 * 128), maxima, sums and
+// merge weights [KG][GM] (KG * GM <= 128), and per head the merged max and sum.
+#define ATD_SMEM_FLOATS(GM) (8 * ATD_THREADS * (GM) + 3 * ATD_THREADS + 2 * 8)
+
+template <typename T, int GM, int HD>
+__device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
+    constexpr int TPK = HD / 8, KG = ATD_THREADS / TPK, U = AtdUnroll<T, GM>::U;
+    int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    int tid = threadIdx.x;
+    int G = a.heads / a.kv_heads;
+    int grp = tid / TPK, dl = tid % TPK;
+    int pos = (int)a.seq_lens[s] - 1;
+    int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    int nkeys = pos - k_lo + 1;
+    int nsplit = dec_splits(nkeys, a.splits, a.min_keys);
+    if (split >= nsplit) return;  // the whole block: no barrier is skipped by part of it
+    int per = (nkeys + nsplit - 1) / nsplit;
+    int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
+
+    float q[GM][8], acc[GM][8], m[GM], l[GM];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (g < G) {
+            const float4* qp = (const float4*)(a.q + ((size_t)s * a.heads + kvh * G + g) * HD + 8 * dl);
+            float4 x = qp[0], y = qp[1];
+            q[g][0] = x.x; q[g][1] = x.y; q[g][2] = x.z; q[g][3] = x.w;
+            q[g][4] = y.x; q[g][5] = y.y; q[g][6] = y.z; q[g][7] = y.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            q[g][i] = g < G ? q[g][i] * a.scale : 0.f;
+            acc[g][i] = 0.f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+    }
+    const T* kc = (const T*)a.k_cache;
+    const T* vc = (const T*)a.v_cache;
+    const uint32_t* bt = a.block_tables + (size_t)s * a.max_blocks;
+    size_t kv_stride = (size_t)a.kv_heads * HD;
+    size_t col = (size_t)kvh * HD + 8 * dl;
+    // Every thread runs the same trip count, so the group shuffles below see all lanes.
+    for (int base = k_begin; base < k_end; base += KG * U) {
+        Kv8<T> kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int j = base + grp + KG * u;
+            if (j < k_end) {
+                size_t slot = (size_t)bt[j / a.block_size] * a.block_size + (j % a.block_size);
+                kr[u].load(kc + slot * kv_stride + col);
+                vr[u].load(vc + slot * kv_stride + col);
+            }
+        }
+        float sc[U][GM];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[8];
+            kr[u].get(kf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) d += q[g][i] * kf[i];
+                sc[u][g] = d;
+            }
+        }
+        // One butterfly over the group's lanes for all U x GM dot products at once.
+#pragma unroll
+        for (int o = TPK / 2; o > 0; o >>= 1) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int g = 0; g < GM; g++) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], o);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            bool live = base + grp + KG * u < k_end;
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = sc[u][g];
+                if (a.softcap > 0.f) d = a.softcap * tanhf(d / a.softcap);
+                sc[u][g] = live ? d : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[u][g]);
+            if (mx == -INFINITY) continue;  // no key of this group yet
+            float corr = m[g] == -INFINITY ? 0.f : __expf(m[g] - mx);
+            l[g] *= corr;
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[g][i] *= corr;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float p = sc[u][g] == -INFINITY ? 0.f : __expf(sc[u][g] - mx);
+                float vf[8];
+                vr[u].get(vf);
+                l[g] += p;
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc[g][i] += p * vf[i];
+            }
+            m[g] = mx;
+        }
+    }
+    // Merge the KG groups.
+    float* sacc = smem;                          // [KG][GM][HD]
+    float* sm = sacc + 8 * ATD_THREADS * GM;     // [KG][GM]
+    float* sl = sm + ATD_THREADS;                // [KG][GM]
+    float* sw = sl + ATD_THREADS;                // [KG][GM]: exp(m - M) of each group and head
+    float* sL = sw + ATD_THREADS;                // [GM]: merged sum
+    float* sM = sL + 8;                          // [GM]: merged max
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (dl == 0) {
+            sm[grp * GM + g] = m[g];
+            sl[grp * GM + g] = l[g];
+        }
+        float4* dst = (float4*)(sacc + (grp * GM + g) * HD + 8 * dl);
+        dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+        dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+    }
+    __syncthreads();
+    if (tid < KG * GM) {
+        int g = tid % GM;
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < KG; k++) M = fmaxf(M, sm[k * GM + g]);
+        float mk = sm[tid];
+        sw[tid] = mk == -INFINITY ? 0.f : __expf(mk - M);
+        if (tid < GM) {
+            float L = 0.f;
+#pragma unroll
+            for (int k = 0; k < KG; k++) {
+                float ms = sm[k * GM + g];
+                L += sl[k * GM + g] * (ms == -INFINITY ? 0.f : __expf(ms - M));
+            }
+            sL[g] = L;
+            sM[g] = M;
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < G * HD; idx += ATD_THREADS) {
+        int g = idx / HD, d = idx % HD;
+        float o = 0.f;
+#pragma unroll
+        for (int k = 0; k < KG; k++) o += sacc[(k * GM + g) * HD + d] * sw[k * GM + g];
+        float L = sL[g];
+        size_t rh = (size_t)s * a.heads + kvh * G + g;
+        if (nsplit == 1) {
+            a.out[rh * HD + d] = L > 0.f ? o / L : 0.f;
+        } else {
+            a.part_acc[(rh * a.splits + split) * HD + d] = o;
+            if (d == 0) {
+                a.part_ml[(rh * a.splits + split) * 2] = sM[g];
+                a.part_ml[(rh * a.splits + split) * 2 + 1] = L;
+            }
+        }
+    }
+}
+
+// GM is the largest group the entry serves; smaller groups take a smaller instantiation so no
+// registers or FMAs go to absent heads (Qwen3.5's group of 6 in the 8-head entry).
+template <typename T, int GM>
+__device__ void attn_dec_g(const AttnArgs& a, float* smem) {
+    switch (a.head_dim) {
+    case 64: attn_dec_hd<T, GM, 64>(a, smem); break;
+    case 128: attn_dec_hd<T, GM, 128>(a, smem); break;
+    case 256: attn_dec_hd<T, GM, 256>(a, smem); break;
+    default: break;  // the host sends other head sizes to `attention`
+    }
+}
+
 template <typename T, int GM>
 __device__ void attn_decode(const AttnArgs& a) {
+    __shared__ float4 smem4[(ATD_SMEM_FLOATS(GM) + 3) / 4];
+    float* smem = (float*)smem4;
+    if (GM > 4 && a.heads / a.kv_heads <= 6) {
+        attn_dec_g<T, (GM > 4 ? 6 : GM)>(a, smem);
+    } else {
+        attn_dec_g<T, GM>(a, smem);
+    }
+}
+
+#define DEF_ATTN_DECODE(name, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g4(AttnArgs a) {  \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attn_decode<T, 4>(a);                                                                      \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g8(AttnArgs a) {  \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attn_decode<T, 8>(a);                                                                      \
+    }
+DEF_ATTN_DECODE(f32, float)
+DEF_ATTN_DECODE(f16, __half)
+DEF_ATTN_DECODE(bf16, __nv_bfloat16)
+
+// ---- the previous decode kernel (POCKET_ATTN=dec1), kept for same-run comparison --------------
+// Runtime head_dim, key-by-key warp reductions, KG-way merge loops with runtime bounds; always
+// uses all `splits` blocks (it ignores min_keys), so attn_combine is called with
+// dec_seq_lens = null after it.
+#define ATD1_UNROLL 4
+
+template <typename T, int GM>
+__device__ void attn_decode_v1(const AttnArgs& a) {
     int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
     int tid = threadIdx.x;
     int G = a.heads / a.kv_heads;
@@ -228,10 +504,10 @@ __device__ void attn_decode(const AttnArgs& a) {
     size_t kv_stride = (size_t)a.kv_heads * a.head_dim;
     size_t col = (size_t)kvh * a.head_dim + 8 * dl;
     // Every thread runs the same trip count, so the group shuffles below see all lanes.
-    for (int base = k_begin; base < k_end; base += kg * ATD_UNROLL) {
-        Kv8<T> kr[ATD_UNROLL], vr[ATD_UNROLL];
+    for (int base = k_begin; base < k_end; base += kg * ATD1_UNROLL) {
+        Kv8<T> kr[ATD1_UNROLL], vr[ATD1_UNROLL];
 #pragma unroll
-        for (int u = 0; u < ATD_UNROLL; u++) {
+        for (int u = 0; u < ATD1_UNROLL; u++) {
             int j = base + grp + kg * u;
             if (j < k_end) {
                 size_t slot = (size_t)bt[j / a.block_size] * a.block_size + (j % a.block_size);
@@ -239,9 +515,9 @@ __device__ void attn_decode(const AttnArgs& a) {
                 vr[u].load(vc + slot * kv_stride + col);
             }
         }
-        float sc[ATD_UNROLL][GM];
+        float sc[ATD1_UNROLL][GM];
 #pragma unroll
-        for (int u = 0; u < ATD_UNROLL; u++) {
+        for (int u = 0; u < ATD1_UNROLL; u++) {
             int j = base + grp + kg * u;
             float kf[8];
             kr[u].get(kf);
@@ -259,14 +535,14 @@ __device__ void attn_decode(const AttnArgs& a) {
         for (int g = 0; g < GM; g++) {
             float mx = m[g];
 #pragma unroll
-            for (int u = 0; u < ATD_UNROLL; u++) mx = fmaxf(mx, sc[u][g]);
+            for (int u = 0; u < ATD1_UNROLL; u++) mx = fmaxf(mx, sc[u][g]);
             if (mx == -INFINITY) continue;  // no key of this group yet
             float corr = m[g] == -INFINITY ? 0.f : __expf(m[g] - mx);
             l[g] *= corr;
 #pragma unroll
             for (int i = 0; i < 8; i++) acc[g][i] *= corr;
 #pragma unroll
-            for (int u = 0; u < ATD_UNROLL; u++) {
+            for (int u = 0; u < ATD1_UNROLL; u++) {
                 if (sc[u][g] == -INFINITY) continue;
                 float p = __expf(sc[u][g] - mx);
                 float vf[8];
@@ -314,13 +590,17 @@ __device__ void attn_decode(const AttnArgs& a) {
     }
 }
 
-#define DEF_ATTN_DECODE(name, T)                                                                   \
-    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g4(AttnArgs a) {  \
-        attn_decode<T, 4>(a);                                                                      \
+#define DEF_ATTN_DECODE_V1(name, T)                                                                \
+    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec1_##name##_g4(AttnArgs a) { \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attn_decode_v1<T, 4>(a);                                                                   \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g8(AttnArgs a) {  \
-        attn_decode<T, 8>(a);                                                                      \
+    extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec1_##name##_g8(AttnArgs a) { \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attn_decode_v1<T, 8>(a);                                                                   \
     }
-DEF_ATTN_DECODE(f32, float)
-DEF_ATTN_DECODE(f16, __half)
-DEF_ATTN_DECODE(bf16, __nv_bfloat16)
+DEF_ATTN_DECODE_V1(f32, float)
+DEF_ATTN_DECODE_V1(f16, __half)
+DEF_ATTN_DECODE_V1(bf16, __nv_bfloat16)

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "6754d09318934ef24890ffda3a50c0253f35675437b3abb8a11a19b9abe05b4f";
+    "9bfa6b28a9052d19d3234baaadd140b6808ab1632d5808fb716f902678057c5b";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

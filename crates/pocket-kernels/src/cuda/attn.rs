@@ -29,6 +29,7 @@ struct AttnArgs {
     splits: i32,
     scale: f32,
     softcap: f32,
+    min_keys: i32,
 }
 
 /// Longest head the kernel holds in registers (8 values per lane).
@@ -100,16 +101,45 @@ pub(crate) fn kv_write(
     )
 }
 
-/// Whether `POCKET_ATTN=generic` asks for the per-head attention kernel in decode too (kept for
-/// comparison; the device run tests both).
-fn generic_attention() -> bool {
-    static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *GENERIC.get_or_init(|| std::env::var("POCKET_ATTN").is_ok_and(|v| v == "generic"))
+/// Decode attention kernel chosen by `POCKET_ATTN` (read once): `generic` sends decode to the
+/// per-head kernel and `dec1` to the previous decode kernel, both kept for same-run comparison.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DecodeKernel {
+    Current,
+    Previous,
+    Generic,
 }
 
-/// Key splits of the decode kernel's `sequences x kv_heads` blocks: about four blocks per SM
-/// (three fit at once), each split at least 64 keys, at most 128 splits.
-fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize) -> usize {
+fn decode_kernel() -> DecodeKernel {
+    static MODE: std::sync::OnceLock<DecodeKernel> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("POCKET_ATTN").as_deref() {
+        Ok("generic") => DecodeKernel::Generic,
+        Ok("dec1") => DecodeKernel::Previous,
+        _ => DecodeKernel::Current,
+    })
+}
+
+/// Fewest keys a decode split gets: one pass of a 128-thread block over f16 rows of head_dim 128.
+/// The kernel applies it to the real length on the device (`dec_splits` in attention.cu), so a
+/// short context uses one block per KV head and no combine whatever the launch's split count.
+const DECODE_MIN_KEYS: usize = 32;
+
+/// Most splits per (sequence, KV head): the combine's shared weight table (ATC_MAX_SPLITS).
+const DECODE_MAX_SPLITS: usize = 256;
+
+/// Key splits (an upper bound; see [`DECODE_MIN_KEYS`]) of the decode kernel's
+/// `sequences x kv_heads` blocks over at most `max_len` keys: one split per 32 keys, capped at
+/// one wave of blocks (three 128-thread blocks per SM fit the register use of groups up to 4,
+/// two for larger groups), so long contexts stream through resident blocks without a tail wave.
+fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize, big_group: bool) -> usize {
+    let per_sm = if big_group { 2 } else { 3 };
+    (per_sm * sm_count as usize / blocks.max(1))
+        .min(max_len.div_ceil(DECODE_MIN_KEYS))
+        .clamp(1, DECODE_MAX_SPLITS)
+}
+
+/// The previous decode kernel's split rule (about four blocks per SM, at least 64 keys each).
+fn choose_decode_splits_v1(sm_count: u32, blocks: usize, max_len: usize) -> usize {
     (4 * sm_count as usize)
         .div_ceil(blocks.max(1))
         .min(max_len.div_ceil(64))
@@ -243,18 +273,26 @@ pub(crate) fn attention(
     let group = p.num_heads / p.num_kv_heads;
     let kc_ptr = be.ptr(OP, "k_cache", k_cache)?;
     let vc_ptr = be.ptr(OP, "v_cache", v_cache)?;
-    // The lanes-over-keys decode kernel: exactly one query row per sequence, GQA groups of at most 8,
-    // head_dim a power of two from 8 to 256, 16-byte aligned cache rows.
+    let q_ptr = be.ptr_of(OP, "q", q, DType::F32)?;
+    let mode = decode_kernel();
+    // The decode kernels: exactly one query row per sequence, GQA groups of at most 8, 16-byte
+    // aligned q and cache rows; head_dim 64, 128 or 256 (the previous kernel: any power of two
+    // from 8 to 256).
+    let dims_ok = match mode {
+        DecodeKernel::Current => matches!(hd, 64 | 128 | 256),
+        DecodeKernel::Previous => hd.is_power_of_two() && (8..=MAX_HEAD_DIM).contains(&hd),
+        DecodeKernel::Generic => false,
+    };
     let decode = qs.windows(2).all(|w| w[1] - w[0] == 1)
         && group <= 8
-        && hd.is_power_of_two()
-        && (8..=MAX_HEAD_DIM).contains(&hd)
-        && (kc_ptr | vc_ptr) % 16 == 0
-        && !generic_attention();
-    let splits = if decode {
-        choose_decode_splits(be.sm_count, s * p.num_kv_heads, keys)
-    } else {
-        choose_splits(be.sm_count, n, p.num_heads, keys)
+        && dims_ok
+        && (kc_ptr | vc_ptr | q_ptr) % 16 == 0;
+    let splits = match (decode, mode) {
+        (true, DecodeKernel::Current) => {
+            choose_decode_splits(be.sm_count, s * p.num_kv_heads, keys, group > 4)
+        }
+        (true, _) => choose_decode_splits_v1(be.sm_count, s * p.num_kv_heads, keys),
+        (false, _) => choose_splits(be.sm_count, n, p.num_heads, keys),
     };
 
     let mut scratch = be
@@ -270,7 +308,7 @@ pub(crate) fn attention(
         (0, 0)
     };
     let args = AttnArgs {
-        q: be.ptr_of(OP, "q", q, DType::F32)?,
+        q: q_ptr,
         k_cache: kc_ptr,
         v_cache: vc_ptr,
         query_start: be.ptr_of(OP, "query_start", &meta.query_start, DType::U32)?,
@@ -289,12 +327,20 @@ pub(crate) fn attention(
         splits: splits as i32,
         scale: p.scale,
         softcap: p.softcap.unwrap_or(0.0),
+        min_keys: DECODE_MIN_KEYS as i32,
     };
     let out_ptr = args.out;
+    // Only the current decode kernel may leave the combine nothing to do (see DECODE_MIN_KEYS).
+    let current = decode && mode == DecodeKernel::Current;
     if decode {
+        let kernel = if current {
+            Kernel::AttnDecode(ct, group > 4)
+        } else {
+            Kernel::AttnDecodeV1(ct, group > 4)
+        };
         be.launch(
             OP,
-            Kernel::AttnDecode(ct, group > 4),
+            kernel,
             (s as u32, p.num_kv_heads as u32, splits as u32),
             128,
             args![args],
@@ -320,7 +366,10 @@ pub(crate) fn attention(
                 out_ptr,
                 p.num_heads as i32,
                 hd as i32,
-                splits as i32
+                splits as i32,
+                if current { args.seq_lens } else { 0u64 },
+                window,
+                DECODE_MIN_KEYS as i32
             ],
         )?;
     }

@@ -215,6 +215,8 @@ pub enum Kernel {
     /// Decode attention (one query row per sequence) for GQA groups of up to 4 (`false`) or 8
     /// (`true`) query heads.
     AttnDecode(CacheType, bool),
+    /// The previous decode attention kernel (`POCKET_ATTN=dec1`, for same-run comparison).
+    AttnDecodeV1(CacheType, bool),
     Embed(DevFormat),
     DequantF16(DevFormat),
     GemvF(DevFormat, Rows),
@@ -340,6 +342,17 @@ impl Kernel {
                     (CacheType::F16, true) => "attn_dec_f16_g8",
                     (CacheType::BF16, false) => "attn_dec_bf16_g4",
                     (CacheType::BF16, true) => "attn_dec_bf16_g8",
+                },
+            ),
+            Kernel::AttnDecodeV1(c, g8) => (
+                M::Attention,
+                match (c, g8) {
+                    (CacheType::F32, false) => "attn_dec1_f32_g4",
+                    (CacheType::F32, true) => "attn_dec1_f32_g8",
+                    (CacheType::F16, false) => "attn_dec1_f16_g4",
+                    (CacheType::F16, true) => "attn_dec1_f16_g8",
+                    (CacheType::BF16, false) => "attn_dec1_bf16_g4",
+                    (CacheType::BF16, true) => "attn_dec1_bf16_g8",
                 },
             ),
             Kernel::Embed(f) => (M::Elementwise, fmt_table!(f, "embed_", "")),
