@@ -1,19 +1,32 @@
 // Elementwise and indexing ops: bias, residual add, SwiGLU, row gather, RoPE, KV-cache write,
 // quantized embedding lookup and dequantization to f16 (the first prefill GEMM path).
+//
+// Programmatic dependent launch (common.cuh): every kernel here calls pdl_wait() in every thread
+// before it reads an activation, index or position (any of which an earlier kernel may write)
+// and before its first global write, then pdl_trigger() so the next kernel can launch while
+// this one finishes. Only weights (bias, embedding and dequantized matrices) are read before the
+// wait. Every kernel is listed in kernels.rs PDL_AWARE; tests/pdl_marking.rs checks the cubin.
 #include "common.cuh"
 
 extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ b, size_t total, int m) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < total) x[i] += b[i % m];
+    float bv = i < total ? b[i % m] : 0.f;  // a weight: loaded while the previous kernel drains
+    pdl_wait();
+    pdl_trigger();
+    if (i < total) x[i] += bv;
 }
 
 extern "C" __global__ void add_assign(float* __restrict__ x, const float* __restrict__ y, size_t total) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) x[i] += y[i];
 }
 
 extern "C" __global__ void silu_mul(const float* __restrict__ g, const float* __restrict__ u,
                                    float* __restrict__ out, size_t total) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) {
         float a = g[i];
@@ -25,6 +38,8 @@ extern "C" __global__ void silu_mul(const float* __restrict__ g, const float* __
 // is visible instead of reading another allocation.
 extern "C" __global__ void gather_rows(const float* __restrict__ src, const uint32_t* __restrict__ rows,
                                        float* __restrict__ out, int d, int src_rows) {
+    pdl_wait();
+    pdl_trigger();
     int i = blockIdx.y;
     uint32_t r = rows[i];
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < d; c += gridDim.x * blockDim.x)
@@ -36,6 +51,8 @@ extern "C" __global__ void gather_rows(const float* __restrict__ src, const uint
 extern "C" __global__ void rope(float* __restrict__ x, const uint32_t* __restrict__ pos,
                                const float* __restrict__ cos_t, const float* __restrict__ sin_t, int n,
                                int heads, int head_dim, int rot_dim, int neox, int max_pos) {
+    pdl_wait();  // before reading `pos` and `x`; the tables' rows depend on `pos`
+    pdl_trigger();
     int half = rot_dim / 2;
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t total = (size_t)n * heads * half;
@@ -62,6 +79,8 @@ template <> DEVI bf16_tag from_f32<bf16_tag>(float v) { return bf16_tag{f2bf(v)}
 
 template <typename T>
 __device__ void kv_write(const float* k, const float* v, T* kc, T* vc, const uint32_t* slots, int n, int width) {
+    pdl_wait();
+    pdl_trigger();
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)n * width) return;
     int tok = t / width, e = t % width;
@@ -82,6 +101,8 @@ DEF_KVW(bf16, bf16_tag)
 // An id past the table writes NaN (the host cannot see device ids without a sync).
 template <typename F>
 __device__ void embed(const uint8_t* w, const uint32_t* ids, float* out, int rows, int cols) {
+    pdl_wait();  // ids may come from the previous step's sampling kernel
+    pdl_trigger();
     int i = blockIdx.y;
     int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= cols / 16) return;
@@ -105,12 +126,18 @@ template <typename F>
 __device__ void dequant_f16(const uint8_t* w, uint16_t* out, int rows, int cols, int r0, int nr) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int cpr = cols / 16;
-    if (k >= (size_t)nr * cpr) return;
-    int r = r0 + k / cpr, c = k % cpr;
-    const uint8_t *row, *aux;
-    row_ptrs<F>(w, rows, cols / F::QK, r, row, aux);
+    bool live = k < (size_t)nr * cpr;
+    int r = r0 + (live ? k / cpr : 0), c = live ? k % cpr : 0;
     float v[16];
-    F::decode16(row, aux, c / (F::QK / 16), c % (F::QK / 16), v);
+    if (live) {  // the weight is decoded while the previous kernel drains
+        const uint8_t *row, *aux;
+        row_ptrs<F>(w, rows, cols / F::QK, r, row, aux);
+        F::decode16(row, aux, c / (F::QK / 16), c % (F::QK / 16), v);
+    }
+    // `out` is scratch the previous GEMM may still read.
+    pdl_wait();
+    pdl_trigger();
+    if (!live) return;
     uint32_t h[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) h[j] = (uint32_t)f2h(v[2 * j]) | ((uint32_t)f2h(v[2 * j + 1]) << 16);
@@ -132,6 +159,8 @@ FOR_EACH_FORMAT(DEF_EMBED)
 
 // f32 -> f16 (activations for the cuBLAS prefill GEMM).
 extern "C" __global__ void f32_to_f16(const float* __restrict__ x, uint16_t* __restrict__ y, size_t total) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) y[i] = f2h(x[i]);
 }
@@ -144,6 +173,8 @@ extern "C" __global__ void f32_to_f16(const float* __restrict__ x, uint16_t* __r
 // last chunk may be partial for the Q8 kind (total32 counts 32-element blocks).
 template <bool K>
 __device__ void act_q8_to_f16(const float* __restrict__ x, uint16_t* __restrict__ y, int total32) {
+    pdl_wait();
+    pdl_trigger();
     int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
     if (c * 8 >= total32) return;
     int lane = threadIdx.x & 31, nvalid = min(8, total32 - 8 * c);
@@ -176,6 +207,8 @@ extern "C" __global__ void act_q8k_f16(const float* x, uint16_t* y, int total32)
 extern "C" __global__ void silu_mul_q8(const float* __restrict__ g, const float* __restrict__ u,
                                        float* __restrict__ out, int total32, int d, int8_t* xq,
                                        float* xd, float* xs, int8_t* xqk, float* xdk, float* xsk) {
+    pdl_wait();
+    pdl_trigger();
     int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
     if (c * 8 >= total32) return;
     int lane = threadIdx.x & 31, nvalid = min(8, total32 - 8 * c);

@@ -67,6 +67,12 @@ for exe in "$BUNDLE"/bin/test-*cuda_bench*; do
   "$exe" --ignored --nocapture --test-threads=1 >"$LOGS/bench.log" 2>&1
   mapfile -t lines < <(grep -E "^(gemv|gemm|attn|step)" "$LOGS/bench.log" | awk '!seen[$0]++')
   bench_lines+=("${lines[@]}")
+  # Programmatic dependent launch A/B: the decode-step bench again with PDL off (the run above
+  # used the default), its lines tagged; bench_decode_step_8b_pdl above compares both in-process.
+  POCKET_PDL=0 "$exe" --ignored --nocapture --test-threads=1 --exact bench_decode_step_8b \
+    >"$LOGS/bench_pdl0.log" 2>&1
+  mapfile -t lines < <(grep -E "^step" "$LOGS/bench_pdl0.log" | awk '!seen[$0]++' | sed 's/^step/step[POCKET_PDL=0]/')
+  bench_lines+=("${lines[@]}")
 done
 
 echo

@@ -706,3 +706,62 @@ fn bench_attention_decode_shapes() {
         println!("{l}");
     }
 }
+
+/// Programmatic dependent launch A/B on the whole 8B decode step (Q4_0 layers, Q6_K output):
+/// the same step with PDL on and off, eager and as a graph, alternating the two settings so
+/// clock drift hits both alike. Skipped where PDL is unsupported.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_decode_step_8b_pdl() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    if !be.pdl_supported() {
+        eprintln!("skipped: PDL needs the sm_90 cubin");
+        return;
+    }
+    let mut st = step::Step::new(&be, step::LLAMA3_8B, GgmlType::Q4_0, GgmlType::Q6_K, 128);
+    let mut graphs = Vec::new();
+    for on in [false, true] {
+        be.set_pdl(on);
+        st.run(&be);
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let g = be.end_capture().unwrap();
+        let (prog, edges) = g.edge_counts().unwrap();
+        println!("pdl {on}: graph of {edges} edges, {prog} programmatic");
+        graphs.push(g);
+    }
+    // (eager, graph) per setting, over three alternating rounds; the best round of each.
+    let mut best = [[f64::MAX; 2]; 2];
+    for _ in 0..3 {
+        for (i, on) in [false, true].into_iter().enumerate() {
+            be.set_pdl(on);
+            let eager = time_ms(&be, 2, 10, |_| st.run(&be));
+            let graph = time_ms(&be, 3, 30, |_| graphs[i].replay().unwrap());
+            best[i][0] = best[i][0].min(eager);
+            best[i][1] = best[i][1].min(graph);
+        }
+    }
+    be.synchronize().unwrap();
+    println!("\n==== summary: decode step, PDL A/B ====");
+    for (i, on) in ["off", "on "].into_iter().enumerate() {
+        println!(
+            "step 8B Q4_0 PDL {on}: eager {:6.3} ms ({:6.1} tok/s), graph {:6.3} ms ({:6.1} tok/s)",
+            best[i][0],
+            1e3 / best[i][0],
+            best[i][1],
+            1e3 / best[i][1]
+        );
+    }
+    println!(
+        "step 8B Q4_0 PDL on/off: eager {:+.1}%, graph {:+.1}% time",
+        100.0 * (best[1][0] / best[0][0] - 1.0),
+        100.0 * (best[1][1] / best[0][1] - 1.0)
+    );
+}

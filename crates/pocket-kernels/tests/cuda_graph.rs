@@ -68,3 +68,94 @@ fn decode_step_graph_replays_like_eager() {
         );
     }
 }
+
+/// Larger than SMALL so each kernel has many blocks in flight when the next one launches.
+const MEDIUM: Shape = Shape {
+    hidden: 1024,
+    heads: 8,
+    kv_heads: 2,
+    head_dim: 128,
+    ff: 4096,
+    vocab: 4096,
+    layers: 4,
+};
+
+/// Programmatic dependent launch: eager steps with PDL on and a graph captured with PDL on
+/// (which must keep programmatic edges) give logits bit-identical to eager steps without PDL,
+/// on every one of many replays (a kernel reading its input before its predecessor finished
+/// would show as a difference). Skipped without a GPU or where PDL is unsupported (below the
+/// sm_90 cubin).
+#[test]
+fn pdl_decode_step_matches_plain_launches() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    if !be.pdl_supported() {
+        eprintln!("skipped: PDL needs the sm_90 cubin ({})", be.name());
+        return;
+    }
+    for (shape, fmt) in [
+        (SMALL, GgmlType::Q4_0),
+        (MEDIUM, GgmlType::Q4_0),
+        (MEDIUM, GgmlType::Q4_K),
+        (MEDIUM, GgmlType::Q8_0),
+    ] {
+        let label = format!("{fmt:?} hidden {}", shape.hidden);
+        let mut st = Step::new(&be, shape, fmt, GgmlType::Q6_K, 40);
+        assert!(!be.set_pdl(false));
+        st.run(&be);
+        let plain = be.read_f32(&st.logits).unwrap();
+        assert!(plain.iter().all(|v| v.is_finite()), "{label}: not finite");
+        let plain_next = be.read_u32(&st.next).unwrap();
+
+        assert!(be.set_pdl(true));
+        for _ in 0..3 {
+            st.run(&be);
+            assert_eq!(
+                be.read_f32(&st.logits).unwrap(),
+                plain,
+                "{label}: eager PDL step differs from plain launches"
+            );
+        }
+
+        // Capture with PDL on; the graph must hold programmatic edges.
+        be.write_f32(
+            &mut st.logits,
+            &vec![f32::NAN; plain.len()],
+            &[1, plain.len()],
+        )
+        .unwrap();
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let graph = be.end_capture().unwrap();
+        let (programmatic, edges) = graph.edge_counts().unwrap();
+        eprintln!("{label}: PDL graph has {programmatic} programmatic of {edges} edges");
+        assert!(
+            programmatic > 0,
+            "{label}: capture dropped the programmatic edges ({edges} edges)"
+        );
+        for i in 0..20 {
+            graph.replay().unwrap();
+            assert_eq!(
+                be.read_f32(&st.logits).unwrap(),
+                plain,
+                "{label}: PDL graph replay {i} differs from plain eager launches"
+            );
+        }
+        assert_eq!(be.read_u32(&st.next).unwrap(), plain_next, "{label}: token");
+
+        // Without PDL a capture has no programmatic edge.
+        be.set_pdl(false);
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let plain_graph = be.end_capture().unwrap();
+        assert_eq!(plain_graph.edge_counts().unwrap().0, 0, "{label}");
+        plain_graph.replay().unwrap();
+        assert_eq!(be.read_f32(&st.logits).unwrap(), plain, "{label}");
+    }
+}

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9bfa6b28a9052d19d3234baaadd140b6808ab1632d5808fb716f902678057c5b";
+    "e8d638dd35f69530eb607d1d8649c063daea96981be6497a0b46579ab3d18d1b";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,6 +22,8 @@ pub enum ModuleId {
     GemvFp8,
     /// `kernels/norm.cu`.
     Norm,
+    /// `kernels/qkv_rope.cu`.
+    QkvRope,
     /// `kernels/sample.cu`.
     Sample,
     /// `kernels/split.cu`.
@@ -38,6 +40,7 @@ impl ModuleId {
         ModuleId::Gemv,
         ModuleId::GemvFp8,
         ModuleId::Norm,
+        ModuleId::QkvRope,
         ModuleId::Sample,
         ModuleId::Split,
     ];
@@ -52,6 +55,7 @@ impl ModuleId {
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
+            ModuleId::QkvRope => "qkv_rope",
             ModuleId::Sample => "sample",
             ModuleId::Split => "split",
         }
@@ -67,6 +71,7 @@ impl ModuleId {
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
+            ModuleId::QkvRope => include_str!("../../ptx/qkv_rope.ptx"),
             ModuleId::Sample => include_str!("../../ptx/sample.ptx"),
             ModuleId::Split => include_str!("../../ptx/split.ptx"),
         }
@@ -82,6 +87,7 @@ impl ModuleId {
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
+            ModuleId::QkvRope => include_bytes!("../../ptx/qkv_rope.sm90.cubin"),
             ModuleId::Sample => include_bytes!("../../ptx/sample.sm90.cubin"),
             ModuleId::Split => include_bytes!("../../ptx/split.sm90.cubin"),
         }

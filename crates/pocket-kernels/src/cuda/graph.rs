@@ -15,6 +15,10 @@
 //! Host-side validation that needs device data (u32 tensors the device wrote, such as argmax
 //! output fed back as ids) reads it back, which is not allowed while capturing: feed such tensors
 //! through `write_u32` so their host shadow is known.
+//!
+//! Kernels launched with programmatic dependent launch (see the module doc of `cuda`) are
+//! captured with programmatic edges (CUDA 12.3+ drivers), so a replay overlaps each kernel's
+//! launch with its predecessor's tail as eager launches do; [`StepGraph::edge_counts`] tells.
 
 use cudarc::driver::{sys, CudaGraph};
 
@@ -68,6 +72,53 @@ impl StepGraph {
     /// Launches the captured ops once (asynchronously, on the device's stream).
     pub fn replay(&self) -> Result<()> {
         self.graph.launch().map_err(|e| cuda_err("graph replay", e))
+    }
+
+    /// (programmatic, all) dependency edges of the captured graph: the programmatic ones are
+    /// the PDL launches that capture kept.
+    pub fn edge_counts(&self) -> Result<(usize, usize)> {
+        let g = self.graph.cu_graph();
+        // cudarc panics on a symbol the driver lacks (cuGraphGetEdges_v2 is CUDA 12.3+).
+        let edges = std::panic::catch_unwind(|| -> Result<Vec<sys::CUgraphEdgeData>> {
+            let mut n = 0usize;
+            // SAFETY: null arrays ask for the count only; then three arrays of `n` entries.
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    g,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut n,
+                )
+            }
+            .result()
+            .map_err(|e| cuda_err("graph edges", e))?;
+            let mut from = vec![std::ptr::null_mut(); n];
+            let mut to = vec![std::ptr::null_mut(); n];
+            // SAFETY: CUgraphEdgeData is plain bytes.
+            let mut data = vec![unsafe { std::mem::zeroed::<sys::CUgraphEdgeData>() }; n];
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    g,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    data.as_mut_ptr(),
+                    &mut n,
+                )
+            }
+            .result()
+            .map_err(|e| cuda_err("graph edges", e))?;
+            data.truncate(n);
+            Ok(data)
+        })
+        .map_err(|_| cuda_err("graph edges", "the driver lacks cuGraphGetEdges_v2"))??;
+        let programmatic = edges
+            .iter()
+            .filter(|e| {
+                e.type_ == sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8
+            })
+            .count();
+        Ok((programmatic, edges.len()))
     }
 }
 

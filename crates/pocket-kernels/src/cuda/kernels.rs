@@ -380,6 +380,46 @@ impl Kernel {
     }
 }
 
+/// Kernels that may be launched with programmatic dependent launch: each calls `pdl_wait()`
+/// (kernels/common.cuh) in every block that does work, before it reads anything an earlier
+/// kernel of the step wrote and before any global write (only weights and shapes are read
+/// before it). An entry is a module and a symbol, or a symbol prefix ending in `*`.
+/// `tests/pdl_marking.rs` checks every matching kernel of the sm_90 cubin: it must execute the
+/// wait and store nothing to global memory before it.
+pub const PDL_AWARE: &[(ModuleId, &str)] = &[
+    (ModuleId::Elementwise, "add_bias"),
+    (ModuleId::Elementwise, "add_assign"),
+    (ModuleId::Elementwise, "silu_mul"),
+    (ModuleId::Elementwise, "silu_mul_q8"),
+    (ModuleId::Elementwise, "gather_rows"),
+    (ModuleId::Elementwise, "rope"),
+    (ModuleId::Elementwise, "kv_write_*"),
+    (ModuleId::Elementwise, "embed_*"),
+    (ModuleId::Elementwise, "dequant_f16_*"),
+    (ModuleId::Elementwise, "f32_to_f16"),
+    (ModuleId::Elementwise, "act_q8_f16"),
+    (ModuleId::Elementwise, "act_q8k_f16"),
+];
+
+/// Whether kernel `symbol` of module `m` is in [`PDL_AWARE`].
+pub fn pdl_aware(m: ModuleId, symbol: &str) -> bool {
+    PDL_AWARE.iter().any(|&(em, pat)| {
+        em == m
+            && match pat.strip_suffix('*') {
+                Some(prefix) => symbol.starts_with(prefix),
+                None => symbol == pat,
+            }
+    })
+}
+
+impl Kernel {
+    /// Whether this kernel may be launched with programmatic dependent launch ([`PDL_AWARE`]).
+    pub fn pdl_aware(self) -> bool {
+        let (m, sym) = self.symbol();
+        pdl_aware(m, sym)
+    }
+}
+
 /// Which compiled artifact a device runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Artifact {
@@ -392,7 +432,8 @@ pub enum Artifact {
 /// Loaded modules and a cache of resolved functions.
 pub(crate) struct KernelTable {
     modules: HashMap<ModuleId, Arc<CudaModule>>,
-    functions: Mutex<HashMap<Kernel, CudaFunction>>,
+    /// Resolved functions and whether each is PDL-aware.
+    functions: Mutex<HashMap<Kernel, (CudaFunction, bool)>>,
     /// The artifact the modules were loaded from.
     pub(crate) artifact: Artifact,
 }
@@ -432,12 +473,17 @@ impl KernelTable {
 
     /// The function handle of `k` (resolved once, then cached).
     pub(crate) fn get(&self, k: Kernel) -> Result<CudaFunction> {
+        Ok(self.get_launch(k)?.0)
+    }
+
+    /// The function handle of `k` and whether it is PDL-aware (both resolved once, then cached).
+    pub(crate) fn get_launch(&self, k: Kernel) -> Result<(CudaFunction, bool)> {
         let mut f = self.functions.lock().map_err(|_| KernelError::Cuda {
             op: "kernel_table",
             msg: "lock poisoned".into(),
         })?;
-        if let Some(func) = f.get(&k) {
-            return Ok(func.clone());
+        if let Some(entry) = f.get(&k) {
+            return Ok(entry.clone());
         }
         let (m, sym) = k.symbol();
         let module = self.modules.get(&m).ok_or_else(|| KernelError::Cuda {
@@ -447,7 +493,8 @@ impl KernelTable {
         let func = module
             .load_function(sym)
             .map_err(|e| cuda_err("load_function", format!("{sym}: {e}")))?;
-        f.insert(k, func.clone());
-        Ok(func)
+        let entry = (func, k.pdl_aware());
+        f.insert(k, entry.clone());
+        Ok(entry)
     }
 }

@@ -5,6 +5,12 @@
 //! One stream per device orders all work; device memory comes from a caching pool
 //! ([`memory`]); every launch names its op and kernel in errors. Set `POCKET_CUDA_SYNC=1` to
 //! synchronize after each launch, which pins an asynchronous fault on the launch that caused it.
+//!
+//! Programmatic dependent launch (PDL): on a GPU that runs the sm_90 cubin, kernels marked
+//! PDL-aware in [`kernels::PDL_AWARE`] are launched with programmatic stream serialization, so
+//! each may start (and prefetch its weights) while the previous kernel drains; the kernel's
+//! `pdl_wait()` orders it after its predecessor. `POCKET_PDL=0` turns it off
+//! ([`CudaBackend::set_pdl`] at run time).
 
 /// Packs kernel arguments as the driver wants them: an array of pointers to each value. The
 /// values are temporaries that live until the end of the enclosing statement (the launch).
@@ -94,6 +100,18 @@ pub struct CudaBackend {
     /// Prefill GEMM in f32 (SGEMM on an f32 dequantization) instead of f16 on the tensor cores:
     /// [`Backend::set_exact_prefill`], or `POCKET_PREFILL=exact` at open.
     exact_prefill: std::sync::atomic::AtomicBool,
+    /// Whether PDL-aware kernels are launched with programmatic stream serialization; only ever
+    /// true where `pdl_supported`.
+    pdl: std::sync::atomic::AtomicBool,
+    /// PDL can be used: the sm_90 cubin is loaded. The compute_75 PTX other GPUs JIT-compile has
+    /// no `griddepcontrol.wait` (pdl_wait() compiles to nothing below sm_90), so launching it
+    /// with the attribute would let a kernel read its predecessor's output early.
+    pdl_supported: bool,
+}
+
+/// PDL where supported unless `POCKET_PDL=0`.
+fn pdl_from_env() -> bool {
+    std::env::var("POCKET_PDL").map_or(true, |v| v != "0")
 }
 
 impl CudaBackend {
@@ -133,6 +151,7 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(unavailable)?;
         let kernels = KernelTable::load(&ctx, cc)?;
         let pool = Pool::new(ctx.clone());
+        let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
@@ -153,6 +172,8 @@ impl CudaBackend {
             exact_prefill: std::sync::atomic::AtomicBool::new(
                 std::env::var("POCKET_PREFILL").is_ok_and(|v| v == "exact"),
             ),
+            pdl: std::sync::atomic::AtomicBool::new(pdl_supported && pdl_from_env()),
+            pdl_supported,
         })
     }
 
@@ -177,6 +198,26 @@ impl CudaBackend {
     pub fn set_fused_gemv(&self, fused: bool) {
         self.fused_gemv
             .store(fused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this device can launch with programmatic dependent launch (it runs the sm_90
+    /// cubin, whose PDL-aware kernels wait on their predecessor).
+    pub fn pdl_supported(&self) -> bool {
+        self.pdl_supported
+    }
+
+    /// Whether PDL-aware kernels are launched with programmatic stream serialization now.
+    pub fn pdl(&self) -> bool {
+        self.pdl.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns programmatic dependent launch on or off for later launches (on only where
+    /// [`Self::pdl_supported`]); returns whether it is on. A graph keeps the launches it
+    /// captured.
+    pub fn set_pdl(&self, on: bool) -> bool {
+        let on = on && self.pdl_supported;
+        self.pdl.store(on, std::sync::atomic::Ordering::Relaxed);
+        on
     }
 
     /// Forgets the cached activation quantization (see `q8_cache`).
@@ -283,7 +324,7 @@ impl CudaBackend {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(()); // nothing to do (empty batch)
         }
-        let func: CudaFunction = self.kernels.get(k)?;
+        let (func, pdl_aware): (CudaFunction, bool) = self.kernels.get_launch(k)?;
         let fail = |e: cudarc::driver::DriverError| KernelError::Cuda {
             op,
             msg: format!(
@@ -292,17 +333,51 @@ impl CudaBackend {
             ),
         };
         self.ctx.bind_to_thread().map_err(fail)?;
-        unsafe {
-            dr::launch_kernel(
-                func.cu_function(),
-                grid,
-                (block, 1, 1),
-                smem,
-                self.stream.cu_stream(),
-                params,
-            )
+        if pdl_aware && self.pdl() {
+            // SAFETY: the attribute union is plain data (zero is a valid value of every member);
+            // the config points at `attr`, which outlives the call; `params` is the kernel's
+            // argument array as for cuLaunchKernel.
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: unsafe { std::mem::zeroed() },
+            };
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid.0,
+                gridDimY: grid.1,
+                gridDimZ: grid.2,
+                blockDimX: block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: smem,
+                hStream: self.stream.cu_stream(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            unsafe {
+                sys::cuLaunchKernelEx(
+                    &config,
+                    func.cu_function(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .result()
+            .map_err(fail)?;
+        } else {
+            unsafe {
+                dr::launch_kernel(
+                    func.cu_function(),
+                    grid,
+                    (block, 1, 1),
+                    smem,
+                    self.stream.cu_stream(),
+                    params,
+                )
+            }
+            .map_err(fail)?;
         }
-        .map_err(fail)?;
         if self.sync_each {
             self.stream.synchronize().map_err(|e| KernelError::Cuda {
                 op,
