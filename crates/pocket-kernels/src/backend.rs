@@ -5,6 +5,7 @@
 //! and devices and returns [`crate::KernelError`] on a mismatch; none panics.
 
 use crate::device::GraphExec;
+use crate::qkv_rope::{QkvBias, QkvRopeParams, QkvSource};
 use crate::recurrent::{DeltaRuleParams, RecurrentMeta};
 use crate::rope::DeviceRope;
 use crate::{
@@ -275,6 +276,32 @@ pub trait Backend: Send + Sync {
     fn silu_mul_halves(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
         let _ = (x, out);
         Err(unsupported(self, "silu_mul_halves"))
+    }
+
+    /// The attention inputs in one pass: reads each token's Q, K and V from `src` (a stacked
+    /// `[q | k | v]` projection row or three tensors), adds `bias`, rotates Q and K by
+    /// `positions` (u32 `[n]`) with `rope` as [`Backend::rope`] does, writes the rotated queries
+    /// to `q_out` (`[n, heads, head_dim]`, the attention input) and K and V at
+    /// `meta.slot_mapping` into the paged caches as [`Backend::kv_write`] does. Equals
+    /// `split_columns` + `add_bias` + `rope` x2 + `kv_write`, element for element (CUDA: one
+    /// launch, bit for bit the unfused kernels).
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_rope_kv_write(
+        &self,
+        src: QkvSource<'_>,
+        bias: QkvBias<'_>,
+        params: &QkvRopeParams,
+        positions: &Tensor,
+        rope: &DeviceRope,
+        q_out: &mut Tensor,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        let _ = (
+            src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
+        );
+        Err(unsupported(self, "qkv_rope_kv_write"))
     }
 
     // ---- prefill arithmetic mode ------------------------------------------------------------

@@ -765,3 +765,114 @@ fn bench_decode_step_8b_pdl() {
         100.0 * (best[1][1] / best[0][1] - 1.0)
     );
 }
+
+/// The attention-input op (`qkv_rope_kv_write`, one launch) against the unfused sequence it
+/// replaces after a stacked QKV GEMV (`add_bias` with bias, `split_columns3`, `rope` x2,
+/// `kv_write_f32`), at the SmolLM2-135M (9/3 heads, hd 64), Qwen2.5-0.5B (14/2, hd 64, bias)
+/// and Llama-3-8B (32/8, hd 128) shapes, decode (1 token) and a 4-token batch.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_qkv_rope_kv_write() {
+    use pocket_kernels::rope::{RopeConfig, RopeLayout, RopeScaling};
+    use pocket_kernels::{AttentionMeta, QkvBias, QkvRopeParams, QkvSource, RopeTable};
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let mut lines = Vec::new();
+    for &(name, h, kvh, hd, bias) in &[
+        ("smollm2-135m", 9usize, 3usize, 64usize, false),
+        ("qwen2.5-0.5b", 14, 2, 64, true),
+        ("llama3-8b", 32, 8, 128, false),
+    ] {
+        for n in [1usize, 4] {
+            let (qw, kw) = (h * hd, kvh * hd);
+            let w = qw + 2 * kw;
+            let table = RopeTable::new(
+                RopeConfig {
+                    theta: 500000.0,
+                    rot_dim: hd,
+                    layout: RopeLayout::NeoX,
+                    scaling: RopeScaling::None,
+                },
+                4096,
+            );
+            let half = hd / 2;
+            let rope = pocket_kernels::rope::DeviceRope {
+                config: table.config,
+                cos: be.upload_f32(&table.cos, &[4096, half]).unwrap(),
+                sin: be.upload_f32(&table.sin, &[4096, half]).unwrap(),
+            };
+            let (bs, nblocks) = (16usize, 64usize);
+            let mut kc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
+            let mut vc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
+            let slots: Vec<u32> = (0..n as u32).map(|i| 100 + i).collect();
+            let meta = AttentionMeta {
+                query_start: be.upload_u32(&[0, n as u32], &[2]).unwrap(),
+                seq_lens: be.upload_u32(&[n as u32 + 100], &[1]).unwrap(),
+                block_tables: be
+                    .upload_u32(&(0..nblocks as u32).collect::<Vec<_>>(), &[1, nblocks])
+                    .unwrap(),
+                slot_mapping: be.upload_u32(&slots, &[n]).unwrap(),
+                num_seqs: 1,
+                max_seq_len: n + 100,
+            };
+            let pos = be.upload_u32(&slots, &[n]).unwrap();
+            let mut x = be.upload_f32(&vec![0.01; n * w], &[n, w]).unwrap();
+            let b = be.upload_f32(&vec![0.02; w], &[w]).unwrap();
+            let mut q = be.alloc(DType::F32, &[n, h, hd]).unwrap();
+            let mut k = be.alloc(DType::F32, &[n, kvh, hd]).unwrap();
+            let mut v = be.alloc(DType::F32, &[n, kvh, hd]).unwrap();
+            let p = QkvRopeParams::new(h, kvh, hd);
+            let unfused = time_ms(&be, 5, 200, |_| {
+                if bias {
+                    be.add_bias(&mut x, &b).unwrap();
+                }
+                q.reshape(&[n, qw]).unwrap();
+                k.reshape(&[n, kw]).unwrap();
+                v.reshape(&[n, kw]).unwrap();
+                be.split_columns(&x, &mut [&mut q, &mut k, &mut v]).unwrap();
+                q.reshape(&[n, h, hd]).unwrap();
+                k.reshape(&[n, kvh, hd]).unwrap();
+                v.reshape(&[n, kvh, hd]).unwrap();
+                be.rope(&mut q, &pos, &rope).unwrap();
+                be.rope(&mut k, &pos, &rope).unwrap();
+                be.kv_write(&k, &v, &mut kc, &mut vc, &meta).unwrap();
+            });
+            let fused = time_ms(&be, 5, 200, |_| {
+                let bias = if bias {
+                    QkvBias::Stacked(&b)
+                } else {
+                    QkvBias::None
+                };
+                be.qkv_rope_kv_write(
+                    QkvSource::Stacked(&x),
+                    bias,
+                    &p,
+                    &pos,
+                    &rope,
+                    &mut q,
+                    &mut kc,
+                    &mut vc,
+                    &meta,
+                )
+                .unwrap();
+            });
+            let line = format!(
+                "qkv_rope_kv_write {name:13} n={n}: unfused {:6.2} us  fused {:6.2} us  ({:.2}x)",
+                unfused * 1e3,
+                fused * 1e3,
+                unfused / fused
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    println!("\n==== summary: attention-input op ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

@@ -4,7 +4,7 @@
 //! may be one stacked weight whose output row `[q | k | v]` is split into the three.
 
 use pocket_kernels::rope::DeviceRope;
-use pocket_kernels::{AttentionParams, Device, Tensor};
+use pocket_kernels::{AttentionParams, Device, QkvBias, QkvRopeParams, QkvSource, Tensor};
 
 use crate::batch::BatchTensors;
 use crate::scratch::{fit, view, workspace};
@@ -163,6 +163,9 @@ impl Attention {
             view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
             fit(dev, t, n)?;
         }
+        if !self.output_gate && fused_qkv() {
+            return self.forward_fused(dev, x, batch, rope, cache, s, out);
+        }
         let q_rows = if self.output_gate { 2 * h * hd } else { h * hd };
         if let QkvProj::Fused(w) = &self.qkv {
             let width = q_rows + 2 * kvh * hd;
@@ -220,6 +223,147 @@ impl Attention {
         self.o.forward(dev, &s.out, out)
     }
 
+    /// [`Attention::forward`] for ungated layers through the one-pass attention-input op
+    /// ([`pocket_kernels::Backend::qkv_rope_kv_write`]): the projection GEMV(s) without their
+    /// bias, then bias, RoPE and the cache write in one op (one CUDA launch instead of up to
+    /// seven). With QK-norm (Qwen3) the norms still run first on split rows, and the op then
+    /// reads the normed q and k. Scratch sizes and pointers are the unfused path's, so a
+    /// captured decode graph stays valid.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_fused(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        batch: &BatchTensors,
+        rope: &DeviceRope,
+        cache: &mut KvCache,
+        s: &mut AttentionScratch,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let p = &self.params;
+        let (h, kvh, hd) = (p.num_heads, p.num_kv_heads, p.head_dim);
+        let n = x.rows();
+        let qp = QkvRopeParams::new(h, kvh, hd);
+        let normed = self.q_norm.is_some() || self.k_norm.is_some();
+        if let (QkvProj::Fused(w), false) = (&self.qkv, normed) {
+            let width = h * hd + 2 * kvh * hd;
+            let fused = &mut s.fused;
+            view(fused, &[fused.capacity() / width, width])?;
+            fit(dev, fused, n)?;
+            dev.matmul(x, &w.weight, fused)?;
+            let rows = s.q.capacity() / (h * hd);
+            view(&mut s.q, &[rows, h, hd])?;
+            fit(dev, &mut s.q, n)?;
+            let bias = w.bias.as_ref().map_or(QkvBias::None, QkvBias::Stacked);
+            let (kc, vc) = cache.layer_mut(self.cache_layer)?;
+            dev.qkv_rope_kv_write(
+                QkvSource::Stacked(fused),
+                bias,
+                &qp,
+                &batch.positions,
+                rope,
+                &mut s.q,
+                kc,
+                vc,
+                &batch.meta,
+            )?;
+            return self.attend(dev, &batch.meta, cache, s, out);
+        }
+        for t in [&mut s.q, &mut s.normed] {
+            view(t, &[t.capacity() / (h * hd), h * hd])?;
+            fit(dev, t, n)?;
+        }
+        for t in [&mut s.k, &mut s.v] {
+            view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
+            fit(dev, t, n)?;
+        }
+        // Rows without their bias (the op adds it).
+        let bias = match &self.qkv {
+            QkvProj::Separate { q, k, v } if !normed => {
+                dev.matmul(x, &q.weight, &mut s.q)?;
+                dev.matmul(x, &k.weight, &mut s.k)?;
+                dev.matmul(x, &v.weight, &mut s.v)?;
+                QkvBias::Separate {
+                    q: q.bias.as_ref(),
+                    k: k.bias.as_ref(),
+                    v: v.bias.as_ref(),
+                }
+            }
+            // With QK-norm the norms read biased rows: the projections add their bias.
+            qkv => {
+                if let QkvProj::Fused(w) = qkv {
+                    let width = h * hd + 2 * kvh * hd;
+                    let fused = &mut s.fused;
+                    view(fused, &[fused.capacity() / width, width])?;
+                    fit(dev, fused, n)?;
+                    w.forward(dev, x, fused)?;
+                }
+                self.project(dev, x, &mut s.q, &mut s.k, &mut s.v, &s.fused)?;
+                QkvBias::None
+            }
+        };
+        if let Some(norm) = &self.q_norm {
+            view(&mut s.q, &[n * h, hd])?;
+            view(&mut s.normed, &[n * h, hd])?;
+            norm.forward(dev, &s.q, &mut s.normed)?;
+            std::mem::swap(&mut s.q, &mut s.normed);
+        }
+        if let Some(norm) = &self.k_norm {
+            view(&mut s.k, &[n * kvh, hd])?;
+            view(&mut s.normed, &[n * kvh, hd])?;
+            norm.forward(dev, &s.k, &mut s.normed)?;
+            std::mem::swap(&mut s.k, &mut s.normed);
+        }
+        // The op reads q, k, v and writes the rotated queries to `normed` (free now; at least
+        // as large as q), which then becomes q.
+        view(&mut s.q, &[n, h * hd])?;
+        view(&mut s.k, &[n, kvh * hd])?;
+        view(&mut s.v, &[n, kvh * hd])?;
+        let rows = s.normed.capacity() / (h * hd);
+        view(&mut s.normed, &[rows, h, hd])?;
+        fit(dev, &mut s.normed, n)?;
+        let (kc, vc) = cache.layer_mut(self.cache_layer)?;
+        dev.qkv_rope_kv_write(
+            QkvSource::Separate {
+                q: &s.q,
+                k: &s.k,
+                v: &s.v,
+            },
+            bias,
+            &qp,
+            &batch.positions,
+            rope,
+            &mut s.normed,
+            kc,
+            vc,
+            &batch.meta,
+        )?;
+        std::mem::swap(&mut s.q, &mut s.normed);
+        self.attend(dev, &batch.meta, cache, s, out)
+    }
+
+    /// Attention of the rotated queries in `s.q` (`[n, heads, head_dim]`) over the cache, then
+    /// the output projection.
+    fn attend(
+        &self,
+        dev: &Device,
+        meta: &pocket_kernels::AttentionMeta,
+        cache: &mut KvCache,
+        s: &mut AttentionScratch,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let p = &self.params;
+        let (h, hd) = (p.num_heads, p.head_dim);
+        let n = s.q.shape[0];
+        let (kc, vc) = cache.layer_mut(self.cache_layer)?;
+        let rows = s.out.capacity() / (h * hd);
+        view(&mut s.out, &[rows, h, hd])?;
+        fit(dev, &mut s.out, n)?;
+        dev.attention(&s.q, kc, vc, meta, p, &mut s.out)?;
+        view(&mut s.out, &[n, h * hd])?;
+        self.o.forward(dev, &s.out, out)
+    }
+
     /// Writes the q (or `[query | gate]`), k and v rows of `x`: three GEMVs, or the column split
     /// of the stacked projection's output `fused` (already computed by the caller).
     fn project(
@@ -244,4 +388,11 @@ impl Attention {
             QkvProj::Fused(_) => Ok(dev.split_columns(fused, &mut [q, k, v])?),
         }
     }
+}
+
+/// Whether ungated layers take the one-pass attention-input op (default) or the unfused
+/// split / bias / rope / kv_write sequence (`POCKET_FUSED_QKV=0`, kept for A/B runs).
+fn fused_qkv() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("POCKET_FUSED_QKV").is_ok_and(|v| v == "0"))
 }

@@ -6,6 +6,7 @@ mod deltanet;
 mod elementwise;
 mod host;
 mod matmul;
+mod qkv_rope;
 mod split;
 
 use pocket_quant::QuantFormat;
@@ -371,6 +372,23 @@ impl Backend for CpuBackend {
 
     fn silu_mul_halves(&self, x: &Tensor, out: &mut Tensor) -> Result<()> {
         split::silu_mul_halves(x, out)
+    }
+
+    fn qkv_rope_kv_write(
+        &self,
+        src: crate::QkvSource<'_>,
+        bias: crate::QkvBias<'_>,
+        params: &crate::QkvRopeParams,
+        positions: &Tensor,
+        rope: &DeviceRope,
+        q_out: &mut Tensor,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        qkv_rope::qkv_rope_kv_write(
+            src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
+        )
     }
 }
 

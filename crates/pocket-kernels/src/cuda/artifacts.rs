@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "e8d638dd35f69530eb607d1d8649c063daea96981be6497a0b46579ab3d18d1b";
+    "956b24f8c7ac6036abd3439c24ac2bd7d49863c26ff2f4b7b7ec15df5f04dc1e";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

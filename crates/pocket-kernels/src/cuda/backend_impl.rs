@@ -421,4 +421,22 @@ impl Backend for CudaBackend {
         self.invalidate_q8();
         split::silu_mul_halves(self, x, out)
     }
+
+    fn qkv_rope_kv_write(
+        &self,
+        src: crate::QkvSource<'_>,
+        bias: crate::QkvBias<'_>,
+        params: &crate::QkvRopeParams,
+        positions: &Tensor,
+        rope: &DeviceRope,
+        q_out: &mut Tensor,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        super::qkv_rope::qkv_rope_kv_write(
+            self, src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
+        )
+    }
 }

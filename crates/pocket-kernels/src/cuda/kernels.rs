@@ -252,6 +252,8 @@ pub enum Kernel {
     SiluMulHalvesQ8,
     /// `x *= sigmoid(gate)`.
     SigmoidMul,
+    /// Q/K/V bias, RoPE and the cache write in one launch (`kernels/qkv_rope.cu`).
+    QkvRopeKvWrite(CacheType),
 }
 
 macro_rules! fmt_table {
@@ -376,6 +378,14 @@ impl Kernel {
             Kernel::SiluMulHalves => (M::Split, "silu_mul_halves"),
             Kernel::SiluMulHalvesQ8 => (M::Split, "silu_mul_halves_q8"),
             Kernel::SigmoidMul => (M::Deltanet, "sigmoid_mul"),
+            Kernel::QkvRopeKvWrite(c) => (
+                M::QkvRope,
+                match c {
+                    CacheType::F32 => "qkv_rope_kv_write_f32",
+                    CacheType::F16 => "qkv_rope_kv_write_f16",
+                    CacheType::BF16 => "qkv_rope_kv_write_bf16",
+                },
+            ),
         }
     }
 }
@@ -399,6 +409,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Elementwise, "f32_to_f16"),
     (ModuleId::Elementwise, "act_q8_f16"),
     (ModuleId::Elementwise, "act_q8k_f16"),
+    (ModuleId::QkvRope, "qkv_rope_kv_write_*"),
 ];
 
 /// Whether kernel `symbol` of module `m` is in [`PDL_AWARE`].

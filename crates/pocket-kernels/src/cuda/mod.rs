@@ -30,6 +30,7 @@ mod matmul;
 mod matmul_fp8;
 pub mod memory;
 mod ops;
+mod qkv_rope;
 mod recurrent;
 mod sample;
 mod split;
