@@ -1,6 +1,8 @@
 // Greedy sampling on the device: index of each row's largest value (first index on ties; NaN
-// never wins). One block of 1024 threads per row.
-#include "common.cuh"
+// never wins). `multi`: grid (slices, rows) of GREEDY_THREADS, greedy.cuh's multi-block
+// reduction; else the previous shape (grid (1, rows), one block of 1024 threads per row), kept
+// for A/B timing (POCKET_SMALL_KERNELS=old).
+#include "greedy.cuh"
 
 DEVI void better(float& bv, int& bi, float v, int i) {
     if (v > bv || (v == bv && i < bi)) {
@@ -9,8 +11,15 @@ DEVI void better(float& bv, int& bi, float v, int i) {
     }
 }
 
-extern "C" __global__ void argmax_rows(const float* __restrict__ x, uint32_t* __restrict__ out, int vocab) {
-    const float* row = x + (size_t)blockIdx.x * vocab;
+extern "C" __global__ void argmax_rows(const float* __restrict__ x, uint32_t* __restrict__ out, int vocab,
+                                       int multi) {
+    if (multi) {
+        greedy_rows<false>(x, out, nullptr, vocab);
+        return;
+    }
+    const float* row = x + (size_t)blockIdx.y * vocab;
+    pdl_wait();
+    pdl_trigger();
     float bv = -INFINITY;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -42,6 +51,6 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ x, uint32_t* __
             better(bv, bi, ov, oi);
         }
         // An all-NaN row has no winner; report index 0.
-        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0u : (uint32_t)bi;
+        if (lane == 0) out[blockIdx.y] = bi == 0x7fffffff ? 0u : (uint32_t)bi;
     }
 }

@@ -13,7 +13,7 @@
 //
 // The uniform comes from Philox4x32-10 keyed by the request seed, counter = tokens the sequence
 // has drawn so far: reproducible and independent of batch composition.
-#include "common.cuh"
+#include "greedy.cuh"
 
 #define SAMPLE_THREADS 1024
 
@@ -63,15 +63,23 @@ DEVI void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
 }
 
 // params: [rows, 4] f32 (temperature, top_k, top_p, min_p), or null for greedy rows.
-// rng: [rows, 4] u32 (seed lo, seed hi, counter lo, counter hi).
+// rng: [rows, 4] u32 (seed lo, seed hi, counter lo, counter hi). Row blockIdx.y.
+// `multi` (greedy only, params null): grid (slices, rows) of GREEDY_THREADS, greedy.cuh's
+// multi-block pick; else one block of SAMPLE_THREADS per row, grid (1, rows).
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(const float* __restrict__ logits, const float* __restrict__ params, const uint32_t* __restrict__ rng,
-                uint32_t* __restrict__ ids, float* __restrict__ logprobs, int vocab) {
+                uint32_t* __restrict__ ids, float* __restrict__ logprobs, int vocab, int multi) {
+    if (multi) {
+        greedy_rows<true>(logits, ids, logprobs, vocab);
+        return;
+    }
     __shared__ float sh[32];
     __shared__ float chunk_mass[SAMPLE_THREADS];
     __shared__ int picked;
-    const int row = blockIdx.x, tid = threadIdx.x;
+    const int row = blockIdx.y, tid = threadIdx.x;
     const float* l = logits + (size_t)row * vocab;
+    pdl_wait();
+    pdl_trigger();
 
     // Raw maximum (NaN never counts), its first index, and the log-normalizer.
     float bv = -INFINITY;

@@ -7,6 +7,8 @@
 extern "C" __global__ void split_columns3(const float* __restrict__ x, float* __restrict__ a,
                                           float* __restrict__ b, float* __restrict__ c, size_t total,
                                           int w0, int w1, int w2) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     int w = w0 + w1 + w2;
@@ -25,6 +27,8 @@ extern "C" __global__ void split_columns3(const float* __restrict__ x, float* __
 // silu_mul, so the fused path matches the split one bit for bit.
 extern "C" __global__ void silu_mul_halves(const float* __restrict__ x, float* __restrict__ out,
                                            size_t total, int d) {
+    pdl_wait();
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t r = i / d, col = i % d;
@@ -37,10 +41,14 @@ extern "C" __global__ void silu_mul_halves(const float* __restrict__ x, float* _
 // output's int8 quantization in both kinds like elementwise.cu's silu_mul_q8 (Q8K only where d is
 // a multiple of 256), so the down projection launches no quantize kernel. One warp per 256
 // elements of the flattened out [rows, d] (total32 = rows * d / 32); a lane's 8 elements never
-// straddle a row since d is a multiple of 8.
+// straddle a row since d is a multiple of 8. Any block size that is a multiple of 32 works: the
+// launcher uses 64 threads (two warps per block spread the work over more SMs, which hides the
+// latency of the few dependent steps per lane better than 8 warps on one SM).
 extern "C" __global__ void silu_mul_halves_q8(const float* __restrict__ x, float* __restrict__ out,
                                               int total32, int d, int8_t* xq, float* xd, float* xs,
                                               int8_t* xqk, float* xdk, float* xsk) {
+    pdl_wait();
+    pdl_trigger();
     int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // warp-uniform
     if (c * 8 >= total32) return;
     int lane = threadIdx.x & 31, nvalid = min(8, total32 - 8 * c);
@@ -66,12 +74,11 @@ extern "C" __global__ void silu_mul_halves_q8(const float* __restrict__ x, float
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = 0.f;
     }
-    int q[8], sum;
-    float dd;
+    // Both kinds before any store, so their shuffles and divisions overlap.
+    int q[8], qk[8], sum, sumk;
+    float dd, ddk;
     quant_lane<false>(v, q, dd, sum);
+    if (d % 256 == 0) quant_lane<true>(v, qk, ddk, sumk);
     if (valid) store_lane(q, dd, sum, xq + e, xd + b, xs + b);
-    if (d % 256 == 0) {
-        quant_lane<true>(v, q, dd, sum);
-        store_lane(q, dd, sum, xqk + e, xdk + b, xsk + b);
-    }
+    if (d % 256 == 0) store_lane(qk, ddk, sumk, xqk + e, xdk + b, xsk + b);
 }

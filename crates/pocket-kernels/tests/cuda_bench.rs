@@ -876,3 +876,82 @@ fn bench_qkv_rope_kv_write() {
         println!("{l}");
     }
 }
+
+/// The small per-layer decode kernels (one row, as in a decode step): the fused norms with their
+/// int8 quantization, silu_mul_halves_q8, and the greedy pick (argmax, argmax_logprob). Run once
+/// as is and once with `POCKET_SMALL_KERNELS=old` (the previous launch shapes) for the A/B; the
+/// label says which. Back-to-back launches, so each figure is at least the launch interval.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_small_decode_kernels() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let label = match std::env::var("POCKET_SMALL_KERNELS").as_deref() {
+        Ok("old") => "old",
+        _ => "new",
+    };
+    println!("device: {} (small kernels: {label})", be.name());
+    let ramp = |n: usize, s: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| s * (((i * 2654435761) % 1000) as f32 / 500.0 - 1.0))
+            .collect()
+    };
+    let mut lines = Vec::new();
+    for d in [576usize, 896, 4096, 5120] {
+        let w = be.upload_f32(&ramp(d, 0.5), &[d]).unwrap();
+        let x = be.upload_f32(&ramp(d, 2.0), &[1, d]).unwrap();
+        let delta = be.upload_f32(&vec![0.0f32; d], &[1, d]).unwrap();
+        let mut res = be.upload_f32(&ramp(d, 1.0), &[1, d]).unwrap();
+        let mut h = be.alloc(DType::F32, &[1, d]).unwrap();
+        let t_norm = time_ms(&be, 50, 500, |_| {
+            be.rms_norm(&x, &w, 1e-5, &mut h).unwrap();
+        });
+        let t_add = time_ms(&be, 50, 500, |_| {
+            be.add_rms_norm(&mut res, &delta, &w, 1e-5, &mut h).unwrap();
+        });
+        lines.push(format!(
+            "small {label} d={d:5}: rms_norm_q8 {:6.2} us  add_rms_norm_q8 {:6.2} us",
+            t_norm * 1e3,
+            t_add * 1e3
+        ));
+        println!("{}", lines.last().unwrap());
+    }
+    for d in [896usize, 4864, 14336, 17408] {
+        let x = be.upload_f32(&ramp(2 * d, 3.0), &[1, 2 * d]).unwrap();
+        let mut h = be.alloc(DType::F32, &[1, d]).unwrap();
+        let t = time_ms(&be, 50, 500, |_| {
+            be.silu_mul_halves(&x, &mut h).unwrap();
+        });
+        lines.push(format!(
+            "small {label} d={d:5}: silu_mul_halves_q8 {:6.2} us",
+            t * 1e3
+        ));
+        println!("{}", lines.last().unwrap());
+    }
+    for vocab in [49152usize, 128256, 151936, 248320] {
+        let l = be.upload_f32(&ramp(vocab, 8.0), &[1, vocab]).unwrap();
+        let mut ids = be.alloc(DType::U32, &[1]).unwrap();
+        let mut lps = be.alloc(DType::F32, &[1]).unwrap();
+        let t_lp = time_ms(&be, 20, 200, |_| {
+            be.argmax_logprob(&l, &mut ids, &mut lps).unwrap();
+        });
+        let t_am = time_ms(&be, 20, 200, |_| {
+            be.argmax(&l, &mut ids).unwrap();
+        });
+        lines.push(format!(
+            "small {label} vocab={vocab:6}: greedy sample_rows {:6.2} us  argmax_rows {:6.2} us",
+            t_lp * 1e3,
+            t_am * 1e3
+        ));
+        println!("{}", lines.last().unwrap());
+    }
+    println!("\n==== summary: small decode kernels ({label}) ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

@@ -74,13 +74,14 @@ pub(crate) fn rms_norm(
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
     let rows = (x.numel() / d) as u32;
     if let Some(b) = norm_q8_scratch(be, OP, op, rows as usize, d)? {
+        let (threads, fast) = norm_q8_block(d, &[xp, wp, op]);
         return be
             .launch(
                 OP,
                 Kernel::RmsNormQ8,
                 (rows, 1, 1),
-                norm_threads(d),
-                args![xp, wp, op, d as i32, eps, b.q8.0, b.q8.1, b.q8.2, b.k.0, b.k.1, b.k.2],
+                threads,
+                args![xp, wp, op, d as i32, eps, b.q8.0, b.q8.1, b.q8.2, b.k.0, b.k.1, b.k.2, fast],
             )
             .inspect_err(|_| be.invalidate_q8());
     }
@@ -128,6 +129,28 @@ fn norm_threads(d: usize) -> u32 {
     (d.div_ceil(4).next_multiple_of(32)).clamp(32, 1024) as u32
 }
 
+/// Whether `POCKET_SMALL_KERNELS=old` selects the previous launch shapes of the small decode
+/// kernels (strided decode norms, 256-thread silu_mul_halves_q8 blocks, one-block greedy
+/// sampling and argmax), kept for A/B timing on the device.
+pub(crate) fn small_kernels_legacy() -> bool {
+    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OLD.get_or_init(|| std::env::var("POCKET_SMALL_KERNELS").is_ok_and(|v| v == "old"))
+}
+
+/// Chunks of 256 elements a warp of the one-pass decode norm holds (`NORM_CH` in kernels/norm.cu).
+const NORM_CH: usize = 2;
+
+/// Block size and `fast` flag of `rms_norm_q8` / `add_rms_norm_q8` for rows of `d` (a multiple
+/// of 32): the one-pass path (one warp per 256 elements, 16-byte loads) where the row fits
+/// 32 warps of `NORM_CH` chunks and every pointer is 16-byte aligned, else the strided one.
+fn norm_q8_block(d: usize, ptrs: &[u64]) -> (u32, i32) {
+    let chunks = d.div_ceil(256);
+    if small_kernels_legacy() || chunks > 32 * NORM_CH || ptrs.iter().any(|p| p % 16 != 0) {
+        return (norm_threads(d), 0);
+    }
+    (32 * chunks.min(32) as u32, 1)
+}
+
 pub(crate) fn add_rms_norm(
     be: &CudaBackend,
     residual: &mut Tensor,
@@ -150,13 +173,17 @@ pub(crate) fn add_rms_norm(
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
     let rows = (residual.numel() / d) as u32;
     if let Some(b) = norm_q8_scratch(be, OP, op, rows as usize, d)? {
+        let (threads, fast) = norm_q8_block(d, &[rp, dp, wp, op]);
         return be
             .launch(
                 OP,
                 Kernel::AddRmsNormQ8,
                 (rows, 1, 1),
-                norm_threads(d),
-                args![rp, dp, wp, op, d as i32, eps, b.q8.0, b.q8.1, b.q8.2, b.k.0, b.k.1, b.k.2],
+                threads,
+                args![
+                    rp, dp, wp, op, d as i32, eps, b.q8.0, b.q8.1, b.q8.2, b.k.0, b.k.1, b.k.2,
+                    fast
+                ],
             )
             .inspect_err(|_| be.invalidate_q8());
     }
@@ -297,17 +324,81 @@ pub(crate) fn argmax(be: &CudaBackend, logits: &Tensor, out: &mut Tensor) -> Res
     same_len(OP, "rows vs out", n, out.numel())?;
     let lp = be.ptr_of(OP, "logits", logits, DType::F32)?;
     let op = be.ptr_of(OP, "out", out, DType::U32)?;
-    be.launch(
-        OP,
-        Kernel::Argmax,
-        (n as u32, 1, 1),
-        1024,
-        args![lp, op, v as i32],
-    )?;
+    for (r0, rows, g) in greedy_launches(n, v) {
+        be.launch(
+            OP,
+            Kernel::Argmax,
+            g.grid(rows),
+            g.threads,
+            args![
+                lp + (r0 * v * 4) as u64,
+                op + (r0 * 4) as u64,
+                v as i32,
+                g.multi
+            ],
+        )?;
+    }
     if let Storage::Cuda(c) = &mut out.storage {
         c.shadow = None; // written by the device now
     }
     Ok(())
+}
+
+/// Launch shape of a greedy pick (`argmax_rows`, greedy `sample_rows`): several blocks per row
+/// (kernels/greedy.cuh), or with `POCKET_SMALL_KERNELS=old` one block of 1024 threads per row.
+#[derive(Clone, Copy)]
+pub(crate) struct GreedyShape {
+    /// Blocks per row (the grid's x).
+    pub(crate) slices: u32,
+    /// Threads per block.
+    pub(crate) threads: u32,
+    /// The kernels' `multi` flag.
+    pub(crate) multi: i32,
+}
+
+impl GreedyShape {
+    /// The grid for `rows` rows (the grid's y).
+    pub(crate) fn grid(self, rows: usize) -> (u32, u32, u32) {
+        (self.slices, rows as u32, 1)
+    }
+}
+
+/// Threads per block of the multi-block greedy pick (`GREEDY_THREADS`).
+const GREEDY_THREADS: u32 = 256;
+/// Most blocks per row and rows per launch of the multi-block pick (`GREEDY_MAX_SLICES` and
+/// `GREEDY_MAX_ROWS` in kernels/greedy.cuh, the sizes of its partials).
+const GREEDY_MAX_SLICES: usize = 128;
+const GREEDY_MAX_ROWS: usize = 64;
+/// Logits one block of the multi-block pick reduces, at least: two 16-byte loads per thread.
+const GREEDY_PER_BLOCK: usize = GREEDY_THREADS as usize * 8;
+
+/// The launches of a greedy pick over `n` rows of `vocab` logits: (first row, rows, shape).
+pub(crate) fn greedy_launches(
+    n: usize,
+    vocab: usize,
+) -> impl Iterator<Item = (usize, usize, GreedyShape)> {
+    let shape = if small_kernels_legacy() {
+        GreedyShape {
+            slices: 1,
+            threads: 1024,
+            multi: 0,
+        }
+    } else {
+        GreedyShape {
+            slices: vocab.div_ceil(GREEDY_PER_BLOCK).clamp(1, GREEDY_MAX_SLICES) as u32,
+            threads: GREEDY_THREADS,
+            multi: 1,
+        }
+    };
+    // The grid's y is at most 65535; the multi-block partials hold GREEDY_MAX_ROWS rows.
+    let step = if shape.multi == 1 {
+        GREEDY_MAX_ROWS
+    } else {
+        65535
+    };
+    (0..n)
+        .step_by(step)
+        .map(move |r0| (r0, step.min(n - r0), shape))
 }
 
 pub(crate) fn gather_rows(

@@ -1,7 +1,9 @@
 //! Launchers of the device sampler (kernels/sample.cu): greedy with log-probabilities and
-//! temperature / top-k / top-p / min-p draws, one block per row.
+//! temperature / top-k / top-p / min-p draws (one block per row; greedy rows several, see
+//! kernels/greedy.cuh).
 
 use super::kernels::Kernel;
+use super::ops::greedy_launches;
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::tensor::Storage;
@@ -55,13 +57,49 @@ pub(crate) fn sample_rows(
         }
         None => (0u64, 0u64),
     };
-    be.launch(
-        OP,
-        Kernel::SampleRows,
-        (n as u32, 1, 1),
-        THREADS,
-        args![lp, pp, sp, ip, op, vocab as i32],
-    )?;
+    let v4 = (vocab * 4) as u64;
+    if params.is_none() {
+        // Greedy rows: the multi-block pick (kernels/greedy.cuh).
+        for (r0, rows, g) in greedy_launches(n, vocab) {
+            let r0 = r0 as u64;
+            be.launch(
+                OP,
+                Kernel::SampleRows,
+                g.grid(rows),
+                g.threads,
+                args![
+                    lp + r0 * v4,
+                    0u64,
+                    0u64,
+                    ip + 4 * r0,
+                    op + 4 * r0,
+                    vocab as i32,
+                    g.multi
+                ],
+            )?;
+        }
+    } else {
+        // One block per row, rows on the grid's y (at most 65535 per launch).
+        for r0 in (0..n).step_by(65535) {
+            let rows = 65535.min(n - r0) as u32;
+            let r0 = r0 as u64;
+            be.launch(
+                OP,
+                Kernel::SampleRows,
+                (1, rows, 1),
+                THREADS,
+                args![
+                    lp + r0 * v4,
+                    pp + 16 * r0,
+                    sp + 16 * r0,
+                    ip + 4 * r0,
+                    op + 4 * r0,
+                    vocab as i32,
+                    0i32
+                ],
+            )?;
+        }
+    }
     if let Storage::Cuda(c) = &mut ids.storage {
         c.shadow = None; // written by the device now
     }

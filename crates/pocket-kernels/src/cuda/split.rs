@@ -3,7 +3,7 @@
 
 use super::kernels::Kernel;
 use super::matmul::GEMV_MAX_ROWS;
-use super::ops::norm_q8_scratch;
+use super::ops::{norm_q8_scratch, small_kernels_legacy};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor};
@@ -92,12 +92,14 @@ pub(crate) fn silu_mul_halves(be: &CudaBackend, x: &Tensor, out: &mut Tensor) ->
     if rows <= GEMV_MAX_ROWS && d.is_multiple_of(32) {
         if let Some(b) = norm_q8_scratch(be, OP, op, rows, d)? {
             let total32 = total / 32;
+            // One warp per 256 outputs; two warps per block spread them over more SMs.
+            let warps = if small_kernels_legacy() { 8 } else { 2 };
             return be
                 .launch(
                     OP,
                     Kernel::SiluMulHalvesQ8,
-                    (total32.div_ceil(8).div_ceil(8) as u32, 1, 1),
-                    256,
+                    (total32.div_ceil(8).div_ceil(warps) as u32, 1, 1),
+                    32 * warps as u32,
                     args![
                         xp,
                         op,

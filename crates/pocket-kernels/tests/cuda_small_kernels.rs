@@ -1,0 +1,234 @@
+//! The one-pass decode norms, the silu_mul_halves quantizing kernel and the multi-block greedy
+//! pick (kernels/norm.cu, split.cu, greedy.cuh) at the model sizes they run at: norm outputs
+//! against an f64 reference, their int8 blocks bit-identical to pocket-quant's quantization of
+//! the very floats the kernel wrote, and greedy ids equal to a host scan (lowest index on ties,
+//! NaN never wins) with log-probabilities against an f64 log-sum-exp. Skipped without a GPU.
+#![cfg(feature = "cuda")]
+
+use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::{Backend, DType};
+
+fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| scale * self.f32()).collect()
+    }
+}
+
+/// The device's cached quantization of `h` (both kinds where d % 256 == 0) equals pocket-quant's
+/// quantization of the floats in `hv`, bit for bit.
+fn check_quant(be: &CudaBackend, h: &pocket_kernels::Tensor, hv: &[f32], d: usize, what: &str) {
+    let (q, ds, ss) = be.quantized_activation(h, false).unwrap();
+    let mut blocks = Vec::new();
+    pocket_quant::quantize_act_q8(hv, &mut blocks);
+    for (bi, b) in blocks.iter().enumerate() {
+        assert_eq!(
+            &q[bi * 32..bi * 32 + 32],
+            &b.qs[..],
+            "{what}: q8 block {bi}"
+        );
+        assert_eq!(ds[bi].to_bits(), b.d.to_bits(), "{what}: q8 scale {bi}");
+        assert_eq!(ss[bi].to_bits(), b.s.to_bits(), "{what}: q8 sum {bi}");
+    }
+    if !d.is_multiple_of(256) {
+        return;
+    }
+    let (q, ds, ss) = be.quantized_activation(h, true).unwrap();
+    let mut blocks = Vec::new();
+    pocket_quant::quantize_act_q8k(hv, &mut blocks);
+    for (bi, b) in blocks.iter().enumerate() {
+        assert_eq!(
+            &q[bi * 256..bi * 256 + 256],
+            &b.qs[..],
+            "{what}: q8k block {bi}"
+        );
+        for j in 0..8 {
+            let sum: i32 = b.qs[32 * j..32 * j + 32].iter().map(|&v| v as i32).sum();
+            assert_eq!(
+                ds[bi * 8 + j].to_bits(),
+                b.d.to_bits(),
+                "{what}: q8k scale {bi}"
+            );
+            assert_eq!(
+                ss[bi * 8 + j].to_bits(),
+                (b.d * sum as f32).to_bits(),
+                "{what}: q8k sum {bi}.{j}"
+            );
+        }
+    }
+}
+
+/// f64 RMSNorm of `rows` rows of `w.len()`, compared with a relative tolerance.
+fn check_norm(got: &[f32], x: &[f64], w: &[f32], eps: f32, what: &str) {
+    for (r, (g, xr)) in got.chunks(w.len()).zip(x.chunks(w.len())).enumerate() {
+        let ms = xr.iter().map(|v| v * v).sum::<f64>() / w.len() as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        for i in 0..w.len() {
+            let want = xr[i] * inv * w[i] as f64;
+            assert!(
+                (g[i] as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{what}: row {r} element {i}: {} vs {want}",
+                g[i]
+            );
+        }
+    }
+}
+
+/// Decode norms at the hidden sizes of SmolLM2 (576), Qwen2.5-0.5B (896), Llama-3-8B (4096),
+/// Qwen3.5-27B (5120) and one past the one-pass limit (17408: the strided path), 1, 3 and 8 rows.
+#[test]
+fn decode_norms_write_the_reference_and_its_exact_quantization() {
+    let Some(be) = gpu() else { return };
+    let mut rng = Rng::new(7);
+    for d in [576usize, 896, 4096, 5120, 17408] {
+        for n in [1usize, 3, 8] {
+            let w: Vec<f32> = (0..d).map(|_| 1.0 + 0.5 * rng.f32()).collect();
+            let (x, delta) = (rng.vec(n * d, 2.0), rng.vec(n * d, 0.5));
+            let wt = be.upload_f32(&w, &[d]).unwrap();
+            let xt = be.upload_f32(&x, &[n, d]).unwrap();
+            let mut h = be.alloc(DType::F32, &[n, d]).unwrap();
+            be.rms_norm(&xt, &wt, 1e-5, &mut h).unwrap();
+            let hv = be.read_f32(&h).unwrap();
+            let xd: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+            check_norm(&hv, &xd, &w, 1e-5, &format!("rms_norm d={d} n={n}"));
+            check_quant(&be, &h, &hv, d, &format!("rms_norm_q8 d={d} n={n}"));
+
+            let mut res = be.upload_f32(&x, &[n, d]).unwrap();
+            let dt = be.upload_f32(&delta, &[n, d]).unwrap();
+            be.add_rms_norm(&mut res, &dt, &wt, 1e-6, &mut h).unwrap();
+            let sum: Vec<f32> = x.iter().zip(&delta).map(|(a, b)| a + b).collect();
+            assert_eq!(be.read_f32(&res).unwrap(), sum, "residual d={d} n={n}");
+            let hv = be.read_f32(&h).unwrap();
+            let sd: Vec<f64> = sum.iter().map(|&v| v as f64).collect();
+            check_norm(&hv, &sd, &w, 1e-6, &format!("add_rms_norm d={d} n={n}"));
+            check_quant(&be, &h, &hv, d, &format!("add_rms_norm_q8 d={d} n={n}"));
+        }
+    }
+}
+
+/// silu_mul_halves at decode sizes (the intermediate sizes of the same models and a partial
+/// 256-chunk) equals the split path's silu_mul bit for bit, and its quantization is exact.
+#[test]
+fn silu_mul_halves_matches_the_split_path_and_quantizes_exactly() {
+    let Some(be) = gpu() else { return };
+    let mut rng = Rng::new(8);
+    for d in [96usize, 1536, 4864, 14336, 17408] {
+        for n in [1usize, 3] {
+            let (g, u) = (rng.vec(n * d, 4.0), rng.vec(n * d, 2.0));
+            let mut x = Vec::with_capacity(2 * n * d);
+            for r in 0..n {
+                x.extend_from_slice(&g[r * d..(r + 1) * d]);
+                x.extend_from_slice(&u[r * d..(r + 1) * d]);
+            }
+            let xt = be.upload_f32(&x, &[n, 2 * d]).unwrap();
+            let mut h = be.alloc(DType::F32, &[n, d]).unwrap();
+            be.silu_mul_halves(&xt, &mut h).unwrap();
+            let hv = be.read_f32(&h).unwrap();
+            check_quant(&be, &h, &hv, d, &format!("silu_mul_halves_q8 d={d} n={n}"));
+            let (gt, ut) = (
+                be.upload_f32(&g, &[n, d]).unwrap(),
+                be.upload_f32(&u, &[n, d]).unwrap(),
+            );
+            let mut s = be.alloc(DType::F32, &[n, d]).unwrap();
+            be.silu_mul(&gt, &ut, &mut s).unwrap();
+            assert_eq!(hv, be.read_f32(&s).unwrap(), "fused vs split d={d} n={n}");
+        }
+    }
+}
+
+/// The host's greedy pick: largest value, lowest index on ties, NaN never wins (0 if none).
+fn host_pick(row: &[f32]) -> usize {
+    let mut best: Option<usize> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if !v.is_nan() && best.is_none_or(|b| v > row[b]) {
+            best = Some(i);
+        }
+    }
+    best.unwrap_or(0)
+}
+
+/// Multi-block greedy picks (argmax and argmax_logprob) at vocabularies from one block to 122
+/// blocks per row, a length that is not a multiple of 4 (the scalar path), and 70 rows (two
+/// launches of the 64-row partials): ties across blocks, NaN, an all -inf row (argmax: its first
+/// index; argmax_logprob: 0, as the one-block sampler) and an all-NaN row. Each call runs twice,
+/// so a counter the kernel failed to reset would show in the second.
+#[test]
+fn multi_block_greedy_matches_a_host_scan() {
+    let Some(be) = gpu() else { return };
+    let mut rng = Rng::new(9);
+    for (n, vocab) in [
+        (1usize, 1000usize),
+        (3, 50_001),
+        (2, 128_256),
+        (3, 248_320),
+        (70, 49_152),
+    ] {
+        let mut l = rng.vec(n * vocab, 4.0);
+        let r0 = &mut l[..vocab];
+        // The maximum twice, far apart (different blocks): the first wins. A NaN before it.
+        r0[vocab / 2 + 1] = 9.0;
+        r0[vocab - 1] = 9.0;
+        r0[1] = f32::NAN;
+        if n >= 3 {
+            l[vocab..2 * vocab].fill(f32::NEG_INFINITY);
+            l[vocab] = f32::NAN;
+            l[2 * vocab..3 * vocab].fill(f32::NAN);
+        }
+        let lt = be.upload_f32(&l, &[n, vocab]).unwrap();
+        for _ in 0..2 {
+            let mut ids = be.alloc(DType::U32, &[n]).unwrap();
+            be.argmax(&lt, &mut ids).unwrap();
+            let got = be.read_u32(&ids).unwrap();
+            let mut lps = be.alloc(DType::F32, &[n]).unwrap();
+            be.argmax_logprob(&lt, &mut ids, &mut lps).unwrap();
+            let (got_lp, lpv) = (be.read_u32(&ids).unwrap(), be.read_f32(&lps).unwrap());
+            for r in 0..n {
+                let row = &l[r * vocab..(r + 1) * vocab];
+                let want = host_pick(row);
+                assert_eq!(got[r] as usize, want, "argmax vocab={vocab} row {r}");
+                if row.iter().all(|v| v.is_nan() || *v == f32::NEG_INFINITY) {
+                    assert_eq!(got_lp[r], 0, "argmax_logprob of an empty row {r}");
+                    continue;
+                }
+                assert_eq!(
+                    got_lp[r] as usize, want,
+                    "argmax_logprob vocab={vocab} row {r}"
+                );
+                let m = row[want] as f64;
+                let z = m + row
+                    .iter()
+                    .filter(|v| !v.is_nan())
+                    .map(|&v| (v as f64 - m).exp())
+                    .sum::<f64>()
+                    .ln();
+                let lp = lpv[r] as f64;
+                assert!(
+                    (lp - (m - z)).abs() < 1e-4,
+                    "logprob row {r}: {lp} vs {}",
+                    m - z
+                );
+            }
+            assert_eq!(got[0] as usize, vocab / 2 + 1, "ties pick the first index");
+        }
+    }
+}
