@@ -317,24 +317,47 @@ delta_chunk_prep(const float* __restrict__ qkv, const float* __restrict__ g, con
     }
     __syncthreads();
 
-    // A (kept here) and P (to the scratch): a warp covers 32 consecutive j of one i, so K[j] rows
-    // are read at the odd stride (conflict-free) and K[i], Q[i] are broadcasts.
-    for (int idx = tid; idx < DC_T * DC_T; idx += DC_THREADS) {
-        int i = idx / DC_T, j = idx % DC_T;
-        float a = 0.f, p = 0.f;
-        if (i < m && j <= i) {
-            float dkk = 0.f, dqk = 0.f;
-            const float *ki = Ks + i * ks, *qi = Qs + i * ks, *kj = Ks + j * ks;
-            for (int d = 0; d < dk; d++) {
-                dkk += ki[d] * kj[d];
-                dqk += qi[d] * kj[d];
+    // A (kept here) and P (to the scratch) in 4 x 4 register tiles: thread (ti, tj) of a 16 x 16
+    // grid owns rows i = ti + 16a and columns j = tj + 16b, so per d it loads 4 K[j] (at the odd
+    // stride, 16 consecutive rows per warp: conflict-free), 4 K[i] and 4 Q[i] (two rows per warp:
+    // broadcasts) for 32 FMAs. Each entry is one sequential sum over d, as on the CPU.
+    {
+        int ti = tid / 16, tj = tid % 16;
+        float dkk[4][4], dqk[4][4];
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) dkk[a][b] = dqk[a][b] = 0.f;
+        for (int d = 0; d < dk; d++) {
+            float ki[4], qi[4], kj[4];
+#pragma unroll
+            for (int a = 0; a < 4; a++) {
+                ki[a] = Ks[(ti + 16 * a) * ks + d];
+                qi[a] = Qs[(ti + 16 * a) * ks + d];
+                kj[a] = Ks[(tj + 16 * a) * ks + d];
             }
-            float dec = expf(gam[i] - gam[j]);
-            if (j < i) a = bet[i] * dkk * dec;
-            p = dqk * dec;
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    dkk[a][b] += ki[a] * kj[b];
+                    dqk[a][b] += qi[a] * kj[b];
+                }
         }
-        A[i * (DC_T + 1) + j] = a;
-        P[idx] = p;
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                int i = ti + 16 * a, j = tj + 16 * b;
+                float av = 0.f, pv = 0.f;
+                if (i < m && j <= i) {
+                    float dec = expf(gam[i] - gam[j]);
+                    if (j < i) av = bet[i] * dkk[a][b] * dec;
+                    pv = dqk[a][b] * dec;
+                }
+                A[i * (DC_T + 1) + j] = av;
+                P[i * DC_T + j] = pv;
+            }
     }
     // e^γ q and e^(γlast-γ) k (zero rows past m: Q and K are zero there).
     float glast = gam[m - 1];
