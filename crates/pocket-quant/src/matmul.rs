@@ -107,7 +107,18 @@ fn run_row_ranges(
     } else {
         1
     };
-    let per = task_rows(rows, rb, threads, 96 << 10);
+    // Decode (n = 1) reuses no activation tile across rows, so L2-sized ranges only add range
+    // starts (a 151936-row output matrix made ~1500 of them, each a claim on the shared counter
+    // and a prefetch burst): a few ranges per thread instead, in whole 8-row GEMV groups.
+    let per = if n == 1 {
+        if threads == 1 {
+            rows
+        } else {
+            rows.div_ceil(threads * 8).max(32).div_ceil(8) * 8
+        }
+    } else {
+        task_rows(rows, rb, threads, 96 << 10)
+    };
     let chunk = |c: usize| range(c * per, ((c + 1) * per).min(rows));
     let chunks = rows.div_ceil(per);
     if threads == 1 || rows <= 4 {
@@ -393,7 +404,9 @@ fn multiply(
             return;
         }
     }
-    if parallel && rows > 1 {
+    // One thread: run here (a rayon call would hand every GEMV to the pool's one worker and
+    // wait for it to wake).
+    if parallel && rows > 1 && threads > 1 {
         let per = (rows / (threads * 8)).clamp(4, 256);
         yt.par_chunks_mut(per * n)
             .enumerate()
