@@ -344,13 +344,13 @@ FOR_EACH_Q8(DEF_GEMV_Q8)
 #define GEMVR_THREADS 128
 #define GEMVR_ROWS 4
 
-template <typename D>
+template <typename D, int T>
 __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const float* __restrict__ xs,
                          float* __restrict__ out, int rows, int cols) {
     using F = typename D::Fmt;
     constexpr int R = GEMVR_ROWS, PF = D::PF;
-    __shared__ float part[GEMVR_THREADS / 32][R];
+    __shared__ float part[T / 32][R];
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     int r0 = blockIdx.x * R;
     int nb = cols / D::QK, items = nb * D::TPB;
@@ -362,11 +362,11 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
     for (int i = 0; i < R; i++) acc[i] = 0.f;
     Q8Act a{xq, xd, xs};
     bool waited = false;
-    for (int it0 = tid; it0 < items; it0 += GEMVR_THREADS * PF) {
+    for (int it0 = tid; it0 < items; it0 += T * PF) {
         typename D::Raw raw[PF][R];
 #pragma unroll
         for (int u = 0; u < PF; u++) {
-            int it = it0 + GEMVR_THREADS * u;
+            int it = it0 + T * u;
             if (it < items) {
 #pragma unroll
                 for (int i = 0; i < R; i++) raw[u][i] = D::load(row[i], aux[i], it / D::TPB, it % D::TPB);
@@ -379,7 +379,7 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
         }
 #pragma unroll
         for (int u = 0; u < PF; u++) {
-            int it = it0 + GEMVR_THREADS * u;
+            int it = it0 + T * u;
             if (it < items) {
 #pragma unroll
                 for (int i = 0; i < R; i++) acc[i] += D::dot(raw[u][i], it / D::TPB, it % D::TPB, a);
@@ -397,7 +397,7 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
     if (tid < R && r0 + tid < rows) {
         float s = 0.f;
 #pragma unroll
-        for (int k = 0; k < GEMVR_THREADS / 32; k++) s += part[k][tid];
+        for (int k = 0; k < T / 32; k++) s += part[k][tid];
         out[r0 + tid] = s;
     }
 }
@@ -416,9 +416,25 @@ template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
         gemv_q8r_##name(                                                                       \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols) {                                                                  \
-        gemv_q8r<D>(w, xq, xd, xs, out, rows, cols);                                           \
+        gemv_q8r<D, GEMVR_THREADS>(w, xq, xd, xs, out, rows, cols);                            \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R)
+
+// gemv_q8r64_<fmt>: the same with 64-thread blocks, for rows that fit one loop pass of 64 x PF
+// work items (Q4_0/Q4_1 at 4096 columns: 2 items per thread per row instead of 1 of 2, so all of
+// a thread's PF x 4 loads are useful). 16 blocks of 64 fit an SM at 64 registers, twice the rows
+// in flight of the 128-thread kernel: a 6144x4096 matrix is one wave instead of 1.45.
+#define DEF_GEMV_Q8R64(name, D)                                                                \
+    extern "C" __global__ void __launch_bounds__(64, 2 * Q8rMinBlocks<D>::value)              \
+        gemv_q8r64_##name(                                                                     \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols) {                                                                  \
+        gemv_q8r<D, 64>(w, xq, xd, xs, out, rows, cols);                                       \
+    }
+// The formats with a 32-element work item that compile at 64 registers (Q8rMinBlocks = 8).
+DEF_GEMV_Q8R64(q4_0, DotQ4_0)
+DEF_GEMV_Q8R64(q4_1, DotQ4_1)
+DEF_GEMV_Q8R64(q8_0, DotQ8_0)
 
 // ---- 16-bit float weights, one activation row, K split over the block -----------------------
 // gemv_f's warp per row, one 32-byte decode per lane per step, is latency-bound on small matrices

@@ -455,8 +455,8 @@ fn bench_fp8_gemv_and_gemm() {
 /// Decode GEMV (n = 1) at the Qwen3.5-27B and Llama-3-8B shapes of the 2026-11-30 Nsight
 /// profile, old kernels (`set_split_gemv(false)`, as `POCKET_GEMV_SPLIT=0`) against the split
 /// ones: FP8 E4M3 128x128 (`gemv_fp8_e4m3_b_n1` vs `_n1k2` / `_n1k4`), BF16 (`gemv_f_bf16_n1` vs
-/// `gemv_h_bf16_r1` / `_r4`) and Q4_0 (`gemv_q8r_q4_0`, one kernel: only PDL changed, which an
-/// isolated launch does not show). Weights rotate over >= 200 MB of copies (HBM reads); TB/s
+/// `gemv_h_bf16_r1` / `_r4`) and Q4_0 (`gemv_q8r_q4_0` vs `gemv_q8r64_q4_0` at 4096 columns;
+/// the PDL prefetch of both does not show in an isolated launch). Weights rotate over >= 200 MB of copies (HBM reads); TB/s
 /// counts weight (and tile scale) bytes.
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
@@ -491,8 +491,6 @@ fn bench_gemv_split_shapes() {
         let fp8 = sc.is_some();
         let modes: &[(bool, usize, &str)] = if fp8 {
             &[(false, 4, "old"), (true, 2, "split2"), (true, 4, "split4")]
-        } else if f == QuantFormat::Ggml(GgmlType::Q4_0) {
-            &[(true, 4, "q8r")]
         } else {
             &[(false, 4, "old"), (true, 4, "split")]
         };

@@ -217,14 +217,16 @@ fn gemv_matches_references_on_random_blocks() {
     );
 }
 
-/// The one-row GEMV of 16-bit float weights: the split kernels (`gemv_h_*_r1` below 1024 rows,
-/// `_r4` above) and the previous warp-per-row kernel (`POCKET_GEMV_SPLIT=0`) against the float64
-/// dot and the CPU within the f32 bound, and each repeating its result bit for bit. Shapes: the
-/// Gated DeltaNet's 48 x 5120, a second column pass of each split kernel (8200 columns = 1025
-/// chunks over 256 x 4; 4104 = 513 over 128 x 4), a partial last block of four rows (1101), and
-/// 1036 columns (not a multiple of 8: the previous kernel serves it).
+/// The one-row GEMVs that `set_split_gemv` switches, new and previous, against the float64 dot
+/// and the CPU within their bounds, each repeating its result bit for bit:
+/// * 16-bit floats: `gemv_h_*_r1` (below 1024 rows) and `_r4` vs the warp-per-row `gemv_f`.
+///   Shapes: the Gated DeltaNet's 48 x 5120, a second column pass of each split kernel (8200
+///   columns = 1025 chunks over 256 x 4; 4104 = 513 over 128 x 4), a partial last block of four
+///   rows (1101), and 1036 columns (not a multiple of 8: `gemv_f` serves it).
+/// * Q4_0 and Q8_0: `gemv_q8r64_*` (rows of one pass: 4096 and 2048 columns of Q4_0, 2048 of
+///   Q8_0) vs `gemv_q8r_*`, with partial last blocks; 4352 columns take `gemv_q8r_*` either way.
 #[test]
-fn half_gemv_variants_match_references_and_repeat_bit_for_bit() {
+fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
     let be = match CudaBackend::new(0) {
         Ok(b) => b,
         Err(e) => {
@@ -235,10 +237,21 @@ fn half_gemv_variants_match_references_and_repeat_bit_for_bit() {
     let mut failures = Vec::new();
     for split in [true, false] {
         be.set_split_gemv(split);
-        for (ti, &t) in [GgmlType::BF16, GgmlType::F16].iter().enumerate() {
+        let half: &[(usize, usize)] = &[(48, 5120), (96, 8200), (1101, 4104), (5, 1036)];
+        let dp4a: &[(usize, usize)] = &[(131, 4096), (67, 2048), (13, 4352)];
+        for (ti, &t) in [
+            GgmlType::BF16,
+            GgmlType::F16,
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+        ]
+        .iter()
+        .enumerate()
+        {
             let format = QuantFormat::Ggml(t);
             let mut rng = Rng::new(300 + ti as u64);
-            for &(rows, cols) in &[(48usize, 5120usize), (96, 8200), (1101, 4104), (5, 1036)] {
+            let shapes = if ti < 2 { half } else { dp4a };
+            for &(rows, cols) in shapes {
                 let bytes = random_weight(t, rows, cols, &mut rng);
                 let m = QuantMatrix {
                     format,
@@ -309,7 +322,7 @@ fn half_gemv_variants_match_references_and_repeat_bit_for_bit() {
     be.set_split_gemv(std::env::var("POCKET_GEMV_SPLIT").map_or(true, |v| v != "0"));
     assert!(
         failures.is_empty(),
-        "half GEMV mismatches:\n{}",
+        "split GEMV mismatches:\n{}",
         failures.join("\n")
     );
 }

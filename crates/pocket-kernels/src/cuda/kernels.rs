@@ -228,6 +228,8 @@ pub enum Kernel {
     /// One activation row of F16 (`false`) or BF16 (`true`) weights, the columns split over the
     /// block: one row per 256-thread block (`false`) or four per 128-thread block (`true`).
     GemvHalf(bool, bool),
+    /// [`Kernel::GemvQ8Rows`] with 64-thread blocks, for rows of one loop pass (Q4_0, Q4_1, Q8_0).
+    GemvQ8Rows64(Q8Gemv),
     /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
     Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
@@ -366,6 +368,7 @@ impl Kernel {
             Kernel::GemvQ8Rows(f) => (M::Gemv, q8_table!(f, "gemv_q8r_", "")),
             Kernel::GemvQ8Fused(f) => (M::Gemv, q8_table!(f, "gemv_q8s_", "")),
             Kernel::GemvHalf(bf16, r4) => (M::Gemv, super::matmul::half_gemv_symbol(bf16, r4)),
+            Kernel::GemvQ8Rows64(f) => (M::Gemv, q8_table!(f, "gemv_q8r64_", "")),
             Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),

@@ -13,7 +13,7 @@
 use cudarc::cublas::sys as bsys;
 
 use super::cublas::ChunkedGemm;
-use super::kernels::{DevFormat, Kernel, Rows};
+use super::kernels::{DevFormat, Kernel, Q8Gemv, Rows};
 use super::memory::CudaWeight;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
@@ -171,7 +171,8 @@ static SPLIT_GEMV: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::ne
 
 /// Whether the one-row GEMVs of 16-bit float (`gemv_h_*`) and FP8 (`gemv_fp8_*_n1k*`) weights
 /// take the kernels that split the columns over a whole block (default) rather than the previous
-/// warp-per-row(s) kernels (`POCKET_GEMV_SPLIT=0`, or [`CudaBackend::set_split_gemv`]).
+/// warp-per-row(s) kernels, and narrow Q4_0/Q4_1/Q8_0 rows the 64-thread `gemv_q8r64_*`
+/// (`POCKET_GEMV_SPLIT=0`, or [`CudaBackend::set_split_gemv`], selects the previous ones).
 pub(crate) fn split_gemv() -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     match SPLIT_GEMV.load(Relaxed) {
@@ -185,8 +186,9 @@ pub(crate) fn split_gemv() -> bool {
 }
 
 impl CudaBackend {
-    /// Selects the one-row decode GEMV generation for F16/BF16 and FP8 weights: `true` the
-    /// split-column kernels (the default), `false` the previous ones (as `POCKET_GEMV_SPLIT=0`).
+    /// Selects the one-row decode GEMV generation for F16/BF16 and FP8 weights and narrow
+    /// Q4_0/Q4_1/Q8_0 rows: `true` the split-column and 64-thread kernels (the default), `false`
+    /// the previous ones (as `POCKET_GEMV_SPLIT=0`).
     /// Process-wide, for A/B benchmarks and tests; both give results within the same bounds.
     pub fn set_split_gemv(&self, on: bool) {
         SPLIT_GEMV.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
@@ -196,6 +198,17 @@ impl CudaBackend {
 /// Rows below which 16-bit float weights take the one-row-per-block kernel (`gemv_h_*_r1`): a
 /// four-row block would leave most SMs idle (96 rows are 24 blocks on 132 SMs).
 const HALF_R1_MAX_ROWS: usize = 1024;
+
+/// Widest rows `gemv_q8r64_*` serves: one loop pass of 64 threads x 2 work items (32 columns
+/// each for Q4_0/Q4_1, 16 for Q8_0's half blocks); 0 where the kernel is not built. Wider rows
+/// keep the 128-thread kernel, as does `POCKET_GEMV_SPLIT=0`.
+fn rows64_max_cols(q: Q8Gemv) -> usize {
+    match q {
+        Q8Gemv::Q4_0 | Q8Gemv::Q4_1 => 4096,
+        Q8Gemv::Q8_0 => 2048,
+        _ => 0,
+    }
+}
 
 /// The symbol of the one-row F16/BF16 GEMV (kernels/gemv.cu `gemv_h_*`).
 pub(crate) fn half_gemv_symbol(bf16: bool, r4: bool) -> &'static str {
@@ -296,11 +309,17 @@ fn gemv(
             // The kind the CPU pairs with this format (bit-identical int8 blocks).
             let (xq, xd, xs) = bufs.kind(q.act_k());
             if m == 1 && !warp_per_row() && !q.prefers_warp_per_row() {
+                let narrow = cols <= rows64_max_cols(q) && split_gemv();
+                let (k, threads) = if narrow {
+                    (Kernel::GemvQ8Rows64(q), 64)
+                } else {
+                    (Kernel::GemvQ8Rows(q), 128)
+                };
                 return be.launch(
                     OP,
-                    Kernel::GemvQ8Rows(q),
+                    k,
                     (rows.div_ceil(GEMVR_ROWS) as u32, 1, 1),
-                    128,
+                    threads,
                     args![w, xq, xd, xs, out, rows as i32, cols as i32],
                 );
             }
