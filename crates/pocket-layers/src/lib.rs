@@ -21,7 +21,7 @@ pub mod state_cache;
 pub use attention::{Attention, AttentionScratch, QkvProj};
 pub use batch::{BatchPlan, BatchTensors, SeqId};
 pub use checkpoint::TensorSource;
-pub use deltanet::{DeltaNetScratch, GatedDeltaNet};
+pub use deltanet::{DeltaNetScratch, GatedDeltaNet, ProjPair};
 pub use error::{LayerError, Result};
 pub use kv_cache::{KvCache, KvCacheConfig};
 pub use linear::{stack_projections, Linear};

@@ -98,3 +98,13 @@ pub trait Model: Send {
 /// Most sequences of a decode batch that [`Model::prepare_decode`] accepts (the decode GEMV's
 /// row limit: larger batches go through the GEMM path and stay eager).
 pub const DECODE_GRAPH_MAX_SEQS: usize = 8;
+
+/// Id of the first padding row of a padded decode batch (the engine pads a decode step to its
+/// batch bucket with rows counting down from here; real sequence ids count up from 0). A model
+/// that keeps per-sequence state gives these rows scratch state instead of a slot of its own.
+pub const DECODE_PAD_SEQ_ID: crate::batch::SeqId = crate::batch::SeqId::MAX;
+
+/// Whether `id` is a padding row of a padded decode batch (see [`DECODE_PAD_SEQ_ID`]).
+pub fn is_decode_padding(id: crate::batch::SeqId) -> bool {
+    id > DECODE_PAD_SEQ_ID - DECODE_GRAPH_MAX_SEQS as crate::batch::SeqId
+}

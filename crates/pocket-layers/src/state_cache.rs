@@ -24,6 +24,9 @@ pub struct StateCacheConfig {
     pub slot_shapes: Vec<Vec<usize>>,
     /// Sequences that can hold state at once.
     pub max_seqs: usize,
+    /// Extra slots, owned by no sequence, that the padding rows of a padded decode batch write
+    /// their (discarded) state into: distinct slots, since the ops refuse two rows writing one.
+    pub spare_slots: usize,
 }
 
 impl StateCacheConfig {
@@ -34,7 +37,7 @@ impl StateCacheConfig {
             .iter()
             .map(|s| s.iter().product::<usize>())
             .sum();
-        self.num_layers * self.max_seqs * per_slot * 4
+        self.num_layers * (self.max_seqs + self.spare_slots) * per_slot * 4
     }
 }
 
@@ -67,9 +70,11 @@ pub struct StatePlan {
 }
 
 impl StateCache {
-    /// Allocates the state tensors on `dev` (f32, `[max_seqs, ...slot_shape]` each).
+    /// Allocates the state tensors on `dev` (f32, `[max_seqs + spare_slots, ...slot_shape]`
+    /// each; the spare slots come last).
     pub fn new(dev: &Device, config: StateCacheConfig) -> Result<StateCache> {
-        if config.max_seqs == 0 || config.max_seqs > u32::MAX as usize {
+        let total = config.max_seqs.saturating_add(config.spare_slots);
+        if config.max_seqs == 0 || total > u32::MAX as usize {
             return Err(LayerError::Config(format!(
                 "bad state cache geometry {config:?}"
             )));
@@ -80,7 +85,7 @@ impl StateCache {
                     .slot_shapes
                     .iter()
                     .map(|s| {
-                        let mut shape = vec![config.max_seqs];
+                        let mut shape = vec![total];
                         shape.extend_from_slice(s);
                         Ok(dev.alloc(DType::F32, &shape)?)
                     })
@@ -220,6 +225,68 @@ impl StateCache {
     }
 }
 
+impl StateCache {
+    /// [`StateCache::plan`] for a padded decode batch: the rows of sequences `is_pad` names must
+    /// follow the real ones; they get distinct slots no sequence owns (the spare slots, then
+    /// free ones of the pool) with no state to read, so what they write is never read. Real
+    /// sequences are planned as [`StateCache::plan`] does, with `alive` for reclaiming.
+    pub fn plan_padded(
+        &mut self,
+        plan: &BatchPlan,
+        is_pad: impl Fn(SeqId) -> bool,
+        alive: impl Fn(SeqId) -> bool,
+    ) -> Result<StatePlan> {
+        let s = plan.num_seqs();
+        if plan.query_start.len() != s + 1 {
+            return Err(LayerError::Shape(format!(
+                "batch plan has {} query offsets for {s} sequences",
+                plan.query_start.len()
+            )));
+        }
+        let real = plan.seq_ids.iter().take_while(|&&id| !is_pad(id)).count();
+        if plan.seq_ids[real..].iter().any(|&id| !is_pad(id)) {
+            return Err(LayerError::Shape(
+                "padding rows of a decode batch must follow its sequences".into(),
+            ));
+        }
+        let rows = plan.query_start[real] as usize;
+        let head = BatchPlan {
+            seq_ids: plan.seq_ids[..real].to_vec(),
+            positions: plan.positions.get(..rows).unwrap_or_default().to_vec(),
+            query_start: plan.query_start[..=real].to_vec(),
+            ..Default::default()
+        };
+        // Kept to undo the real rows' planning if the padding rows do not fit.
+        let (seqs, free) = (self.seqs.clone(), self.free.clone());
+        let mut out = self.plan(&head, alive)?;
+        let (lo, hi) = (
+            self.config.max_seqs,
+            self.config.max_seqs + self.config.spare_slots,
+        );
+        let pads: Vec<u32> = (lo as u32..hi as u32)
+            .chain(self.free.iter().rev().copied())
+            .take(s - real)
+            .collect();
+        if pads.len() < s - real {
+            self.seqs = seqs;
+            self.free = free;
+            return Err(LayerError::CacheFull {
+                seq: plan.seq_ids[real],
+                needed: s - real,
+                free: pads.len(),
+            });
+        }
+        for (i, slot) in (real..s).zip(pads) {
+            out.slots.push(slot);
+            out.has_state.push(0);
+            let r = plan.query_start[i + 1].saturating_sub(plan.query_start[i]) as usize;
+            out.max_rows = out.max_rows.max(r);
+        }
+        out.query_start = plan.query_start.clone();
+        Ok(out)
+    }
+}
+
 /// The device copy of a [`StatePlan`], allocated once and rewritten every step.
 pub struct StateBatch {
     /// The metadata the recurrent ops read.
@@ -250,6 +317,22 @@ impl StateBatch {
         })
     }
 
+    /// Device tensors for batches of up to `max_seqs` sequences, never reallocated by
+    /// [`StateBatch::upload`] of such a batch (their addresses can be captured in a graph).
+    pub fn with_capacity(dev: &Device, max_seqs: usize) -> Result<Self> {
+        let a = |n: usize| dev.alloc(DType::U32, &[n]);
+        let n = max_seqs.max(1);
+        Ok(StateBatch {
+            meta: RecurrentMeta {
+                query_start: a(n + 1)?,
+                state_slots: a(n)?,
+                has_state: a(n)?,
+                num_seqs: 0,
+                max_rows: 0,
+            },
+        })
+    }
+
     /// Copies `plan` to the device.
     pub fn upload(&mut self, dev: &Device, plan: &StatePlan) -> Result<()> {
         put(dev, &mut self.meta.query_start, &plan.query_start)?;
@@ -270,6 +353,7 @@ mod tests {
             num_layers: 2,
             slot_shapes: vec![vec![3, 4], vec![2, 2, 2]],
             max_seqs,
+            spare_slots: 2,
         };
         StateCache::new(&Device::cpu(), cfg).unwrap()
     }
@@ -299,7 +383,8 @@ mod tests {
         assert_eq!(q.has_state, vec![1, 1]);
         assert_eq!(q.slots, vec![p.slots[1], p.slots[0]]);
         assert_eq!(c.seq_len(1), Some(6));
-        assert_eq!(c.layer_mut(1).unwrap()[1].shape, vec![2, 2, 2, 2]);
+        // Two slots for sequences, then the two spare ones.
+        assert_eq!(c.layer_mut(1).unwrap()[1].shape, vec![4, 2, 2, 2]);
     }
 
     #[test]
@@ -333,5 +418,50 @@ mod tests {
         assert_eq!(c.seq_len(1), Some(2));
         c.free_sequence(1);
         assert_eq!(c.free_slots(), 1);
+    }
+
+    #[test]
+    fn padding_rows_take_spare_then_free_slots() {
+        let pad = |id: SeqId| id >= 100;
+        let mut c = cache(3);
+        assert_eq!(c.layer_mut(0).unwrap()[0].shape, vec![5, 3, 4]);
+        let p = c.plan(&plan(&[(1, 0, 4)]), |_| true).unwrap();
+        let s1 = p.slots[0];
+        // Sequence 1 continues; three padding rows: the two spare slots, then a free one.
+        let q = c
+            .plan_padded(
+                &plan(&[(1, 4, 1), (100, 0, 1), (101, 0, 1), (102, 0, 1)]),
+                pad,
+                |_| true,
+            )
+            .unwrap();
+        assert_eq!(q.query_start, vec![0, 1, 2, 3, 4]);
+        assert_eq!(q.has_state, vec![1, 0, 0, 0]);
+        assert_eq!(&q.slots[..3], &[s1, 3, 4]);
+        assert!(q.slots[3] < 3 && q.slots[3] != s1);
+        assert_eq!(c.seq_len(1), Some(5));
+        assert!(!c.contains(100) && !c.contains(102));
+        assert_eq!(c.free_slots(), 2);
+        // More padding rows than spare and free slots; padding before a sequence.
+        assert!(matches!(
+            c.plan_padded(
+                &plan(&[
+                    (1, 5, 1),
+                    (100, 0, 1),
+                    (101, 0, 1),
+                    (102, 0, 1),
+                    (103, 0, 1),
+                    (104, 0, 1)
+                ]),
+                pad,
+                |_| true
+            ),
+            Err(LayerError::CacheFull { .. })
+        ));
+        assert_eq!((c.seq_len(1), c.free_slots()), (Some(5), 2));
+        assert!(matches!(
+            c.plan_padded(&plan(&[(100, 0, 1), (1, 5, 1)]), pad, |_| true),
+            Err(LayerError::Shape(_))
+        ));
     }
 }

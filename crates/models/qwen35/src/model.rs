@@ -8,11 +8,12 @@ use pocket_formats::{StoreMetadata, TensorStore};
 use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::Weight;
 use pocket_kernels::{AttentionParams, DeltaRuleParams, Device, HeadGrouping, RopeTable, Tensor};
+use pocket_layers::model::{is_decode_padding, DECODE_GRAPH_MAX_SEQS};
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
     stack_projections, BatchPlan, BatchTensors, DeltaNetScratch, GateUp, GatedDeltaNet, KvCache,
-    LayerError, Linear, Mlp, MlpScratch, Model, ModelInfo, QkvProj, Result, RmsNorm, SeqId,
-    StateBatch, StateCache, StateCacheConfig,
+    LayerError, Linear, Mlp, MlpScratch, Model, ModelInfo, ProjPair, QkvProj, Result, RmsNorm,
+    SeqId, StateBatch, StateCache, StateCacheConfig,
 };
 
 use crate::config::{LayerKind, Qwen35Config};
@@ -51,10 +52,20 @@ struct Block {
     mlp: Mlp,
 }
 
+/// Fixed-capacity inputs of graph-captured decode steps: the batch (ids, positions, block
+/// tables) and the recurrent metadata (state slots, has_state), rewritten in place each step.
+struct DecodeInputs {
+    batch: BatchTensors,
+    states: StateBatch,
+    /// The prepared step's real sequences (their states are dropped if the step fails).
+    seq_ids: Vec<SeqId>,
+}
+
 /// Activations reused across steps.
 struct Workspace {
     batch: BatchTensors,
     states: StateBatch,
+    decode: Option<DecodeInputs>,
     hidden: Tensor,
     normed: Tensor,
     delta: Tensor,
@@ -227,11 +238,20 @@ impl Qwen35Model {
                         // Hugging Face stores A_log; the decay rate is -exp(A_log).
                         a.iter_mut().for_each(|x| *x = -x.exp());
                     }
+                    // `[q | k | v | z]` (FP8: when the 128-row tiles do not straddle the two)
+                    // and `[b | a]`, each stacked when both parts share a format.
+                    let pair = |parts: [(Part, usize); 2]| -> Result<ProjPair> {
+                        Ok(match stacked(l, &parts, h)? {
+                            Some(w) => ProjPair::Fused(w),
+                            None => ProjPair::Separate {
+                                first: linear(l, parts[0].0, parts[0].1, h)?,
+                                second: linear(l, parts[1].0, parts[1].1, h)?,
+                            },
+                        })
+                    };
                     let d = GatedDeltaNet {
-                        in_qkv: linear(l, Part::InQkv, w, h)?,
-                        in_z: linear(l, Part::InZ, vw, h)?,
-                        in_b: linear(l, Part::InB, hv, h)?,
-                        in_a: linear(l, Part::InA, hv, h)?,
+                        in_qkvz: pair([(Part::InQkv, w), (Part::InZ, vw)])?,
+                        in_ba: pair([(Part::InB, hv), (Part::InA, hv)])?,
                         out: linear(l, Part::Out, h, vw)?,
                         conv_weight: dev.upload_f32(&conv, &[w, c.conv_kernel])?,
                         a_neg: dev_vec(&a)?,
@@ -280,12 +300,18 @@ impl Qwen35Model {
                 num_layers: n_lin,
                 slot_shapes: GatedDeltaNet::slot_shapes(&delta_params, c.conv_kernel),
                 max_seqs: opts.max_seqs,
+                spare_slots: if dev.supports_graphs() {
+                    DECODE_PAD_SPARE_SLOTS
+                } else {
+                    0
+                },
             },
         )?;
         let rows = 16;
         let ws = Workspace {
             batch: BatchTensors::new(dev)?,
             states: StateBatch::new(dev)?,
+            decode: None,
             hidden: workspace(dev, rows, h)?,
             normed: workspace(dev, rows, h)?,
             delta: workspace(dev, rows, h)?,
@@ -324,6 +350,21 @@ impl Qwen35Model {
         &self.config
     }
 
+    /// How many Gated DeltaNet layers run a stacked `[q | k | v | z]` weight and how many a
+    /// stacked `[b | a]` weight.
+    pub fn stacked_deltanet_projections(&self) -> (usize, usize) {
+        let lin = || {
+            self.blocks.iter().filter_map(|b| match &b.mixer {
+                Mixer::Linear(d) => Some(d),
+                Mixer::Full(_) => None,
+            })
+        };
+        (
+            lin().filter(|d| d.in_qkvz.is_fused()).count(),
+            lin().filter(|d| d.in_ba.is_fused()).count(),
+        )
+    }
+
     /// How many full-attention layers run a stacked Q/K/V weight and how many blocks a stacked
     /// gate/up weight.
     pub fn stacked_projections(&self) -> (usize, usize) {
@@ -354,17 +395,28 @@ impl Qwen35Model {
         self.states.free_sequence(id);
     }
 
-    fn run(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<()> {
+    /// Plans the states of `plan`, uploads it and runs it.
+    fn eager(&mut self, plan: &BatchPlan, cache: &mut KvCache) -> Result<()> {
+        let sp = self.states.plan(plan, |id| cache.contains(id))?;
+        self.ws.batch.upload(&self.dev, plan)?;
+        self.ws.states.upload(&self.dev, &sp)?;
+        self.run(false, plan.num_tokens(), plan.num_seqs(), cache)
+    }
+
+    /// The forward over the batch in `ws.batch` / `ws.states` (or `ws.decode` when `decode`):
+    /// `n` tokens of `s` sequences, launching kernels only (workspaces grow, never shrink).
+    fn run(&mut self, decode: bool, n: usize, s: usize, cache: &mut KvCache) -> Result<()> {
         let dev = &self.dev;
         let ws = &mut self.ws;
-        let n = plan.num_tokens();
-        let sp = self.states.plan(plan, |id| cache.contains(id))?;
-        ws.batch.upload(dev, plan)?;
-        ws.states.upload(dev, &sp)?;
+        let (batch, meta) = match (&ws.decode, decode) {
+            (Some(d), true) => (&d.batch, &d.states.meta),
+            (None, true) => return Err(LayerError::Shape("no decode batch prepared".into())),
+            (_, false) => (&ws.batch, &ws.states.meta),
+        };
         for t in [&mut ws.hidden, &mut ws.normed, &mut ws.delta] {
             fit(dev, t, n)?;
         }
-        dev.embedding(&self.embed, &ws.batch.ids, &mut ws.hidden)?;
+        dev.embedding(&self.embed, &batch.ids, &mut ws.hidden)?;
         self.blocks[0]
             .attn_norm
             .forward(dev, &ws.hidden, &mut ws.normed)?;
@@ -372,26 +424,11 @@ impl Qwen35Model {
             match &b.mixer {
                 Mixer::Full(a) => {
                     let s = ws.attn.as_mut().ok_or_else(|| scratch_missing(l))?;
-                    a.forward(
-                        dev,
-                        &ws.normed,
-                        &ws.batch,
-                        &self.rope,
-                        cache,
-                        s,
-                        &mut ws.delta,
-                    )?
+                    a.forward(dev, &ws.normed, batch, &self.rope, cache, s, &mut ws.delta)?
                 }
                 Mixer::Linear(d) => {
                     let s = ws.deltanet.as_mut().ok_or_else(|| scratch_missing(l))?;
-                    d.forward(
-                        dev,
-                        &ws.normed,
-                        &ws.states.meta,
-                        &mut self.states,
-                        s,
-                        &mut ws.delta,
-                    )?
+                    d.forward(dev, &ws.normed, meta, &mut self.states, s, &mut ws.delta)?
                 }
             }
             b.ffn_norm
@@ -403,10 +440,9 @@ impl Qwen35Model {
                 .map_or(&self.norm, |nb| &nb.attn_norm);
             next.add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
         }
-        let s = plan.num_seqs();
         fit(dev, &mut ws.last, s)?;
         fit(dev, &mut ws.logits, s)?;
-        dev.gather_rows(&ws.normed, &ws.batch.last_rows, &mut ws.last)?;
+        dev.gather_rows(&ws.normed, &batch.last_rows, &mut ws.last)?;
         dev.matmul(
             &ws.last,
             self.lm_head.as_ref().unwrap_or(&self.embed),
@@ -457,7 +493,7 @@ impl Model for Qwen35Model {
         if plan.num_tokens() == 0 {
             return Err(LayerError::Shape("empty batch".into()));
         }
-        if let Err(e) = self.run(plan, cache) {
+        if let Err(e) = self.eager(plan, cache) {
             // A failed step may have advanced some layers' states: they cannot be trusted.
             for &id in &plan.seq_ids {
                 self.states.free_sequence(id);
@@ -466,4 +502,97 @@ impl Model for Qwen35Model {
         }
         Ok(&self.ws.logits)
     }
+
+    fn supports_decode_graphs(&self) -> bool {
+        true
+    }
+
+    fn prepare_decode(&mut self, plan: &BatchPlan) -> Result<()> {
+        let s = plan.num_seqs();
+        if s == 0 || s > DECODE_GRAPH_MAX_SEQS || plan.num_tokens() != s {
+            return Err(LayerError::Shape(format!(
+                "decode batch of {} tokens over {s} sequences",
+                plan.num_tokens()
+            )));
+        }
+        if self.ws.decode.is_none() {
+            self.ws.decode = Some(DecodeInputs {
+                batch: BatchTensors::with_capacity(
+                    &self.dev,
+                    DECODE_GRAPH_MAX_SEQS,
+                    plan.max_blocks,
+                )?,
+                states: StateBatch::with_capacity(&self.dev, DECODE_GRAPH_MAX_SEQS)?,
+                seq_ids: Vec::new(),
+            });
+        }
+        // Padding rows get spare state slots. Real rows continue their states (the engine runs a
+        // sequence's first step eagerly), so no slot is reclaimed here.
+        let sp = self.states.plan_padded(plan, is_decode_padding, |_| true)?;
+        let real: Vec<SeqId> = plan
+            .seq_ids
+            .iter()
+            .copied()
+            .filter(|&id| !is_decode_padding(id))
+            .collect();
+        let written = match self.ws.decode.as_mut() {
+            Some(d) => {
+                d.seq_ids.clone_from(&real);
+                d.batch
+                    .write_fixed(&self.dev, plan)
+                    .and_then(|()| d.states.upload(&self.dev, &sp))
+            }
+            None => Err(LayerError::Shape("no decode batch prepared".into())),
+        };
+        if let Err(e) = written {
+            for id in real {
+                self.states.free_sequence(id);
+            }
+            return Err(e);
+        }
+        // A replay does not run `run`'s `fit`s: view the logits as this batch's rows here (an
+        // eager step may have left another shape; the capacity of 16 rows is never exceeded).
+        fit(&self.dev, &mut self.ws.logits, s)?;
+        Ok(())
+    }
+
+    fn decode_logits(&self) -> Option<&Tensor> {
+        self.ws.decode.as_ref().map(|_| &self.ws.logits)
+    }
+
+    fn forward_decode(&mut self, cache: &mut KvCache) -> Result<&Tensor> {
+        let s = match &self.ws.decode {
+            Some(d) if d.states.meta.num_seqs > 0 => d.states.meta.num_seqs,
+            _ => return Err(LayerError::Shape("no decode batch prepared".into())),
+        };
+        if let Err(e) = self.run(true, s, s, cache) {
+            // As in `forward`: the states the failed step touched cannot be trusted.
+            let ids = self
+                .ws
+                .decode
+                .as_mut()
+                .map(|d| std::mem::take(&mut d.seq_ids))
+                .unwrap_or_default();
+            for id in ids {
+                self.states.free_sequence(id);
+            }
+            return Err(e);
+        }
+        Ok(&self.ws.logits)
+    }
 }
+
+/// Spare state slots for the padding rows of a decode batch: the engine pads to powers of two
+/// up to [`DECODE_GRAPH_MAX_SEQS`], so at most `8 - 5 = 3` rows are padding (more would take
+/// free slots of the pool; see [`StateCache::plan_padded`]).
+const DECODE_PAD_SPARE_SLOTS: usize = {
+    let (mut s, mut most) = (1, 0);
+    while s <= DECODE_GRAPH_MAX_SEQS {
+        let pad = s.next_power_of_two() - s;
+        if pad > most {
+            most = pad;
+        }
+        s += 1;
+    }
+    most
+};

@@ -1,6 +1,7 @@
-//! Stacked Q/K/V (gated: `[query | gate]` rows first) and gate/up weights
-//! (`Qwen35Model::load_with_stacking`) against separate ones, on every device, for the BF16 and
-//! the FP8 block-scaled fixtures (FP8 stacks its 128x128 tile scales along). The CPU does not
+//! Stacked Q/K/V (gated: `[query | gate]` rows first), gate/up, and the Gated DeltaNet's
+//! `[q | k | v | z]` and `[b | a]` weights (`Qwen35Model::load_with_stacking`) against separate
+//! ones, on every device (CUDA where present), for the BF16 and the FP8 block-scaled fixtures
+//! (FP8 stacks its 128x128 tile scales along; its BF16 `b`/`a` stack as BF16). The CPU does not
 //! stack by default, so this is where its stacked path meets the references: its logits must be
 //! within `hf_parity.rs`'s tolerance (1e-3) of the separate path's and of transformers'. (A kernel
 //! may sum a row in another order once the row count changes, so exact equality is not asked.)
@@ -55,7 +56,7 @@ fn cases(name: &str) -> Vec<Case> {
 
 /// Both prompts as one batch (prefill), then batched decode along the greedy tokens; the logits
 /// per step, all prompts concatenated.
-fn run(name: &str, blocks: usize, dev: &Device, stack: bool) -> Vec<Vec<f32>> {
+fn run(name: &str, blocks: usize, linear: usize, dev: &Device, stack: bool) -> Vec<Vec<f32>> {
     // f32 prefill on every backend, as in hf_parity: the 1e-3 bounds are f32 rounding.
     dev.set_exact_prefill(true);
     let store = Arc::new(TensorStore::open(data(name)).unwrap());
@@ -67,6 +68,13 @@ fn run(name: &str, blocks: usize, dev: &Device, stack: bool) -> Vec<Vec<f32>> {
     // Both fixtures: 2 full-attention layers among `blocks`, every part stackable.
     let want = if stack { (2, blocks) } else { (0, 0) };
     assert_eq!(model.stacked_projections(), want, "{name}: stacked layers");
+    // ... and `linear` Gated DeltaNet layers, both of whose pairs stack.
+    let want = if stack { (linear, linear) } else { (0, 0) };
+    assert_eq!(
+        model.stacked_deltanet_projections(),
+        want,
+        "{name}: stacked deltanet layers"
+    );
     let cfg = model.info().kv_cache_config(1024, 256, DType::F32);
     let mut cache = KvCache::new(dev, cfg).unwrap();
     let cases = cases(name);
@@ -100,11 +108,11 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m })
 }
 
-fn check(name: &str, blocks: usize) {
+fn check(name: &str, blocks: usize, linear: usize) {
     let cases = cases(name);
     for dev in Device::all_for_tests() {
-        let separate = run(name, blocks, &dev, false);
-        let stacked = run(name, blocks, &dev, true);
+        let separate = run(name, blocks, linear, &dev, false);
+        let stacked = run(name, blocks, linear, &dev, true);
         for (step, (s, f)) in separate.iter().zip(&stacked).enumerate() {
             let d = max_diff(s, f);
             assert!(
@@ -128,10 +136,10 @@ fn check(name: &str, blocks: usize) {
 
 #[test]
 fn stacked_bf16_matches_separate_and_transformers() {
-    check("bf16", 6);
+    check("bf16", 6, 4);
 }
 
 #[test]
 fn stacked_fp8_matches_separate_and_transformers() {
-    check("fp8", 4);
+    check("fp8", 4, 2);
 }

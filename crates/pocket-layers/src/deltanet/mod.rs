@@ -2,22 +2,95 @@
 //! short causal conv with its state, the gated delta rule (chunked for prefill, recurrent for
 //! decode), the gated RMSNorm and the output projection. Its state lives in a
 //! [`crate::StateCache`] layer with two tensors: the conv window and the delta-rule matrices.
+//! The `[q | k | v]` and `z` projections, and the `b` and `a` ones, may each be one stacked
+//! weight whose output row is split in two (`split_columns`), as attention's Q/K/V are.
 
 use pocket_kernels::{DeltaRuleParams, Device, RecurrentMeta, Tensor};
 
 use crate::scratch::{fit, view, workspace};
 use crate::{LayerError, Linear, Result, StateCache};
 
+/// Two projections of the same input: two weights, or one with the first's rows then the
+/// second's (one GEMV, its output row split in two).
+// One pair per layer, built once at load: the separate variant's size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum ProjPair {
+    /// Two weights.
+    Separate {
+        /// The first projection.
+        first: Linear,
+        /// The second projection.
+        second: Linear,
+    },
+    /// One weight `[rows_first + rows_second, hidden]`.
+    Fused(Linear),
+}
+
+impl ProjPair {
+    /// Output features of the two parts, for a layer expecting `first` rows first (a stacked
+    /// weight reports `(first, total - first)`; one too small reports `(total, 0)`, failing
+    /// checks).
+    pub fn out_features(&self, first: usize) -> (usize, usize) {
+        match self {
+            ProjPair::Separate {
+                first: a,
+                second: b,
+            } => (a.out_features(), b.out_features()),
+            ProjPair::Fused(w) if w.out_features() > first => (first, w.out_features() - first),
+            ProjPair::Fused(w) => (w.out_features(), 0),
+        }
+    }
+
+    /// Input features of the two parts.
+    pub fn in_features(&self) -> (usize, usize) {
+        match self {
+            ProjPair::Separate {
+                first: a,
+                second: b,
+            } => (a.in_features(), b.in_features()),
+            ProjPair::Fused(w) => (w.in_features(), w.in_features()),
+        }
+    }
+
+    /// Whether the pair is one stacked weight.
+    pub fn is_fused(&self) -> bool {
+        matches!(self, ProjPair::Fused(_))
+    }
+
+    /// `first = x A^T`, `second = x B^T`; a stacked weight writes `both` (`[n, w_a + w_b]`)
+    /// and splits it.
+    fn forward(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        both: &mut Tensor,
+        first: &mut Tensor,
+        second: &mut Tensor,
+    ) -> Result<()> {
+        match self {
+            ProjPair::Separate {
+                first: a,
+                second: b,
+            } => {
+                a.forward(dev, x, first)?;
+                b.forward(dev, x, second)
+            }
+            ProjPair::Fused(w) => {
+                w.forward(dev, x, both)?;
+                Ok(dev.split_columns(both, &mut [first, second])?)
+            }
+        }
+    }
+}
+
 /// One Gated DeltaNet layer.
 pub struct GatedDeltaNet {
-    /// `[2 * k_heads * k_dim + v_heads * v_dim, hidden]`: the mixed `[q | k | v]` projection.
-    pub in_qkv: Linear,
-    /// `[v_heads * v_dim, hidden]`: the output gate `z`.
-    pub in_z: Linear,
-    /// `[v_heads, hidden]`: the write strength `b` (beta = sigmoid(b)).
-    pub in_b: Linear,
-    /// `[v_heads, hidden]`: the decay input `a`.
-    pub in_a: Linear,
+    /// The mixed `[q | k | v]` projection (`[2 * k_heads * k_dim + v_heads * v_dim, hidden]`)
+    /// then the output gate `z` (`[v_heads * v_dim, hidden]`).
+    pub in_qkvz: ProjPair,
+    /// The write strength `b` (`[v_heads, hidden]`, beta = sigmoid(b)) then the decay input
+    /// `a` (`[v_heads, hidden]`).
+    pub in_ba: ProjPair,
     /// `[v_heads * v_dim, hidden]` output projection (stored `[hidden, v_heads * v_dim]`).
     pub out: Linear,
     /// `[channels, kernel]` f32 depthwise conv taps.
@@ -38,6 +111,10 @@ pub struct GatedDeltaNet {
 
 /// Intermediate activations of [`GatedDeltaNet::forward`], reused across steps.
 pub struct DeltaNetScratch {
+    /// `[n, qkv_width + v_heads * v_dim]` output of a stacked `[q | k | v | z]` weight.
+    qkvz: Tensor,
+    /// `[n, 2 * v_heads]` output of a stacked `[b | a]` weight.
+    ba: Tensor,
     qkv: Tensor,
     conv: Tensor,
     z: Tensor,
@@ -54,6 +131,8 @@ impl DeltaNetScratch {
     pub fn new(dev: &Device, rows: usize, p: &DeltaRuleParams) -> Result<Self> {
         let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
         Ok(DeltaNetScratch {
+            qkvz: workspace(dev, rows, w + vw)?,
+            ba: workspace(dev, rows, 2 * h)?,
             qkv: workspace(dev, rows, w)?,
             conv: workspace(dev, rows, w)?,
             z: workspace(dev, rows, vw)?,
@@ -86,14 +165,15 @@ impl GatedDeltaNet {
     pub fn validate(&self) -> Result<()> {
         let p = &self.params;
         let (w, vw) = (p.qkv_width(), p.v_heads * p.v_dim);
-        let hidden = self.in_qkv.in_features();
-        let ok = self.in_qkv.out_features() == w
-            && self.in_z.out_features() == vw
-            && self.in_b.out_features() == p.v_heads
-            && self.in_a.out_features() == p.v_heads
-            && [&self.in_z, &self.in_b, &self.in_a]
-                .iter()
-                .all(|l| l.in_features() == hidden)
+        let (qkv_out, z_out) = self.in_qkvz.out_features(w);
+        let (b_out, a_out) = self.in_ba.out_features(p.v_heads);
+        let (hidden, z_in) = self.in_qkvz.in_features();
+        let (b_in, a_in) = self.in_ba.in_features();
+        let ok = qkv_out == w
+            && z_out == vw
+            && b_out == p.v_heads
+            && a_out == p.v_heads
+            && [z_in, b_in, a_in].iter().all(|&c| c == hidden)
             && self.out.in_features() == vw
             && self.out.out_features() == hidden
             && self.conv_weight.shape.len() == 2
@@ -107,11 +187,7 @@ impl GatedDeltaNet {
         if !ok {
             return Err(LayerError::Shape(format!(
                 "gated deltanet layer {}: parts do not fit {p:?} (qkv {}x{}, z {}, conv {:?})",
-                self.state_layer,
-                self.in_qkv.out_features(),
-                hidden,
-                self.in_z.out_features(),
-                self.conv_weight.shape
+                self.state_layer, qkv_out, hidden, z_out, self.conv_weight.shape
             )));
         }
         Ok(())
@@ -132,6 +208,12 @@ impl GatedDeltaNet {
         let p = &self.params;
         let n = x.rows();
         let vw = p.v_heads * p.v_dim;
+        if self.in_qkvz.is_fused() {
+            fit(dev, &mut s.qkvz, n)?;
+        }
+        if self.in_ba.is_fused() {
+            fit(dev, &mut s.ba, n)?;
+        }
         for t in [
             &mut s.qkv,
             &mut s.conv,
@@ -145,10 +227,9 @@ impl GatedDeltaNet {
         ] {
             fit(dev, t, n)?;
         }
-        self.in_qkv.forward(dev, x, &mut s.qkv)?;
-        self.in_z.forward(dev, x, &mut s.z)?;
-        self.in_b.forward(dev, x, &mut s.b)?;
-        self.in_a.forward(dev, x, &mut s.a)?;
+        self.in_qkvz
+            .forward(dev, x, &mut s.qkvz, &mut s.qkv, &mut s.z)?;
+        self.in_ba.forward(dev, x, &mut s.ba, &mut s.b, &mut s.a)?;
         let layer = states.layer_mut(self.state_layer)?;
         let [conv_state, ssm_state] = layer else {
             return Err(LayerError::Config(format!(

@@ -4,8 +4,10 @@
 //! Everything that changes from step to step (ids, positions, slots, block tables, lengths,
 //! sampling parameters and RNG counters) is written into fixed device buffers before the replay;
 //! the kernels read lengths from those buffers. Padding rows (up to the bucket) decode token 0 at
-//! position 0 into the cache's spare block. `POCKET_GRAPHS=0` runs the same padded steps eagerly
-//! (for A/B measurement: the logits are bit-identical).
+//! position 0 into the cache's spare block (a model with recurrent state gives them spare state
+//! slots). A sequence's first step (its prompt, even of one token) always runs eagerly.
+//! `POCKET_GRAPHS=0` runs the same padded steps eagerly (for A/B measurement: the logits are
+//! bit-identical).
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,7 +17,7 @@ use pocket_kernels::{DType, Device, Tensor};
 use super::{Engine, Result};
 use crate::model::{BatchPlan, KvCache, Model, SeqId};
 use crate::sampling::{device_row, SampledToken};
-use pocket_layers::model::DECODE_GRAPH_MAX_SEQS;
+use pocket_layers::model::{DECODE_GRAPH_MAX_SEQS, DECODE_PAD_SEQ_ID};
 
 /// Batch sizes a decode step is padded to.
 const BUCKETS: [usize; 4] = [1, 2, 4, 8];
@@ -24,7 +26,7 @@ const BUCKETS: [usize; 4] = [1, 2, 4, 8];
 const MIN_CTX_BUCKET: usize = 256;
 
 /// Ids of padding rows (counting down from here): engine ids count up from 0 and never get here.
-const PAD_SEQ_ID: SeqId = SeqId::MAX;
+const PAD_SEQ_ID: SeqId = DECODE_PAD_SEQ_ID;
 
 /// A graph is keyed by (padded sequences, context bucket).
 type Key = (usize, usize);
@@ -169,6 +171,11 @@ impl Engine {
             && self.model.device().supports_graphs()
             && bucket(chosen.len()).is_some()
             && chosen.iter().all(|id| self.seqs[id].pending.len() == 1)
+            // A first step may need a new recurrent-state slot, whose reclaiming of dead
+            // sequences' slots needs the KV cache (see `Model::forward`): it runs eagerly.
+            && chosen
+                .iter()
+                .all(|id| self.cache.seq_len(*id).unwrap_or(0) > 0)
     }
 
     /// Runs a reserved pure-decode `plan` through the padded path and returns each sequence's
