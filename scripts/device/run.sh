@@ -34,7 +34,15 @@ for exe in "$BUNDLE"/bin/test-*; do
   res=$(grep -E "^test result:" "$LOGS/$name.log" | tail -n 1 | sed 's/test result: //; s/; finished.*//')
   [ $rc -eq 0 ] && status=PASS || status=FAIL
   summary+=("$(printf '%-44s %-4s %4ss  %s' "$name" "$status" "$secs" "$res")")
-  if [ $rc -ne 0 ]; then grep -E "panicked|FAILED|failed|error" "$LOGS/$name.log" | head -n 30; fi
+  if [ $rc -ne 0 ]; then
+    grep -E "panicked|FAILED|failed|error" "$LOGS/$name.log" | head -n 30
+    # Programmatic dependent launch is on by default on the H200: a failing binary runs again
+    # with it off, so the summary says at once whether PDL is the cause.
+    POCKET_PDL=0 "$exe" --test-threads=4 $extra >"$LOGS/$name.pdl0.log" 2>&1
+    rc0=$?; [ $rc0 -eq 0 ] && status0=PASS || status0=FAIL
+    res0=$(grep -E "^test result:" "$LOGS/$name.pdl0.log" | tail -n 1 | sed 's/test result: //; s/; finished.*//')
+    summary+=("$(printf '%-44s %-4s %4s   %s' "$name (POCKET_PDL=0)" "$status0" "" "$res0")")
+  fi
 done
 
 # The generic attention kernel in decode too (POCKET_ATTN=generic), through the attention test.

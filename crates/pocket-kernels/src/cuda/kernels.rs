@@ -396,7 +396,7 @@ impl Kernel {
 /// Kernels that may be launched with programmatic dependent launch: each calls `pdl_wait()`
 /// (kernels/common.cuh) in every block that does work, before it reads anything an earlier
 /// kernel of the step wrote and before any global write (only weights and shapes are read
-/// before it). An entry is a module and a symbol, or a symbol prefix ending in `*`.
+/// before it). An entry is a module and a symbol, where one `*` matches any run of characters.
 /// `tests/pdl_marking.rs` checks every matching kernel of the sm_90 cubin: it must execute the
 /// wait and store nothing to global memory before it.
 pub const PDL_AWARE: &[(ModuleId, &str)] = &[
@@ -413,17 +413,49 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Elementwise, "act_q8_f16"),
     (ModuleId::Elementwise, "act_q8k_f16"),
     (ModuleId::QkvRope, "qkv_rope_kv_write_*"),
+    (ModuleId::Norm, "rms_norm"),
+    (ModuleId::Norm, "add_rms_norm"),
+    (ModuleId::Norm, "rms_norm_q8"),
+    (ModuleId::Norm, "add_rms_norm_q8"),
+    (ModuleId::Split, "split_columns3"),
+    (ModuleId::Split, "silu_mul_halves"),
+    (ModuleId::Split, "silu_mul_halves_q8"),
+    (ModuleId::Argmax, "argmax_rows"),
+    (ModuleId::Sample, "sample_rows"),
+    // attn_<cache>, attn_dec_*, attn_dec1_* and attn_combine.
+    (ModuleId::Attention, "attn_*"),
+    // gemv_q8r_* and gemv_q8r64_*.
+    (ModuleId::Gemv, "gemv_q8r*"),
+    (ModuleId::Gemv, "gemv_h_*"),
+    (ModuleId::GemvFp8, "gemv_fp8_*_n1k2"),
+    (ModuleId::GemvFp8, "gemv_fp8_*_n1k4"),
+    (ModuleId::Deltanet, "causal_conv1d_silu"),
+    (ModuleId::Deltanet, "delta_gates"),
+    (ModuleId::Deltanet, "gated_delta_rule"),
+    (ModuleId::Deltanet, "gated_rms_norm"),
+    (ModuleId::Deltanet, "split_halves"),
+    (ModuleId::Deltanet, "sigmoid_mul"),
+    (ModuleId::Deltanet, "delta_chunk_prep"),
+    (ModuleId::Deltanet, "delta_chunk_scan"),
 ];
 
 /// Whether kernel `symbol` of module `m` is in [`PDL_AWARE`].
 pub fn pdl_aware(m: ModuleId, symbol: &str) -> bool {
-    PDL_AWARE.iter().any(|&(em, pat)| {
-        em == m
-            && match pat.strip_suffix('*') {
-                Some(prefix) => symbol.starts_with(prefix),
-                None => symbol == pat,
-            }
-    })
+    PDL_AWARE
+        .iter()
+        .any(|&(em, pat)| em == m && pdl_pattern_matches(pat, symbol))
+}
+
+/// Whether a [`PDL_AWARE`] pattern (a symbol, or one with a single `*`) matches `symbol`.
+pub fn pdl_pattern_matches(pat: &str, symbol: &str) -> bool {
+    match pat.split_once('*') {
+        Some((head, tail)) => {
+            symbol.len() >= head.len() + tail.len()
+                && symbol.starts_with(head)
+                && symbol.ends_with(tail)
+        }
+        None => symbol == pat,
+    }
 }
 
 impl Kernel {
