@@ -32,6 +32,9 @@ trait Legacy {
     unsafe fn codes(p: *const u8) -> __m256i {
         Self::unpack(p).0
     }
+    /// Whether the codes are unsigned and below 32, so a `vpmaddubsw` lane (two products, each
+    /// at most 31 * 127) summed with its neighbour still fits an i16 (4 * 31 * 127 < 2^15).
+    const SMALL: bool = false;
     /// Offset of the f16 scale `d`.
     const D_AT: usize = 0;
     /// How `c` derives from the block: `c = C_D * d`, or the f16 at `C_AT` when `C_AT` is set.
@@ -70,6 +73,7 @@ unsafe fn bits_to_bytes(bits: u32) -> __m256i {
 
 struct Q4_0;
 impl Legacy for Q4_0 {
+    const SMALL: bool = true;
     const BB: usize = 18;
     const SIGNED: bool = false;
     const C_D: f32 = -8.0;
@@ -86,6 +90,7 @@ impl Legacy for Q4_0 {
 
 struct Q4_1;
 impl Legacy for Q4_1 {
+    const SMALL: bool = true;
     const BB: usize = 20;
     const SIGNED: bool = false;
     const C_AT: Option<usize> = Some(2);
@@ -101,6 +106,7 @@ impl Legacy for Q4_1 {
 
 struct Q5_0;
 impl Legacy for Q5_0 {
+    const SMALL: bool = true;
     const BB: usize = 22;
     const SIGNED: bool = false;
     const C_D: f32 = -16.0;
@@ -115,6 +121,7 @@ impl Legacy for Q5_0 {
 
 struct Q5_1;
 impl Legacy for Q5_1 {
+    const SMALL: bool = true;
     const BB: usize = 24;
     const SIGNED: bool = false;
     const C_AT: Option<usize> = Some(2);
@@ -277,6 +284,25 @@ pub(super) unsafe fn reduce8(p: [__m256i; TA]) -> __m256i {
     )
 }
 
+/// [`reduce8`] of `vpmaddwd(p[i], 1)` for `vpmaddubsw` outputs of [`Legacy::SMALL`] codes:
+/// rows are paired with a 16-bit horizontal add first (a lane then sums 4 products, at most
+/// 4 * 31 * 127 < 2^15, so nothing wraps), so 4 widening multiplies and 2 32-bit horizontal adds
+/// replace 8 and 6 (hot 896x896 Q5_0 GEMV, 1 thread: 49 -> 44 us). The sums are exact.
+#[inline(always)]
+unsafe fn reduce8_small(p: [__m256i; TA]) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    // per 128-bit half: [r, r, r+1, r+1] partial sums for rows r = 2i
+    let h: [__m256i; 4] =
+        std::array::from_fn(|i| _mm256_madd_epi16(_mm256_hadd_epi16(p[2 * i], p[2 * i + 1]), ones));
+    // per half: [r0, r1, r2, r3] and [r4, r5, r6, r7]
+    let h0123 = _mm256_hadd_epi32(h[0], h[1]);
+    let h4567 = _mm256_hadd_epi32(h[2], h[3]);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256(h0123, h4567, 0x20),
+        _mm256_permute2x128_si256(h0123, h4567, 0x31),
+    )
+}
+
 /// `out[r][a] = dot(weight row r, activation row a of the tile)` for the `RW` weight rows at
 /// `w[r]` over `nb` blocks of the interleaved tile at `x`.
 ///
@@ -305,9 +331,13 @@ unsafe fn tile8<L: Legacy, const RW: usize>(
                 } else {
                     yq
                 };
-                _mm256_madd_epi16(_mm256_maddubs_epi16(qa, yq), ones)
+                _mm256_maddubs_epi16(qa, yq)
             });
-            let sums = _mm256_cvtepi32_ps(reduce8(p));
+            let sums = _mm256_cvtepi32_ps(if L::SMALL {
+                reduce8_small(p)
+            } else {
+                reduce8(p.map(|v| _mm256_madd_epi16(v, ones)))
+            });
             acc[r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(_mm256_set1_ps(d), yd), acc[r]);
             if !L::SIGNED {
                 corr[r] =
@@ -366,17 +396,21 @@ unsafe fn gemv8<L: Legacy>(
         let yb = &*y.add(k);
         let yq = _mm256_loadu_si256(yb.qs.as_ptr() as *const __m256i);
         let p: [*const u8; 8] = std::array::from_fn(|r| w[r].add(k * L::BB));
-        let dots: [__m256i; TA] = std::array::from_fn(|r| {
+        let prods: [__m256i; TA] = std::array::from_fn(|r| {
             let q = L::codes(p[r]);
             let (qa, ys) = if L::SIGNED {
                 (_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q))
             } else {
                 (q, yq)
             };
-            _mm256_madd_epi16(_mm256_maddubs_epi16(qa, ys), ones)
+            _mm256_maddubs_epi16(qa, ys)
         });
         let d = f16x8(&p, L::D_AT);
-        let sums = _mm256_cvtepi32_ps(reduce8(dots));
+        let sums = _mm256_cvtepi32_ps(if L::SMALL {
+            reduce8_small(prods)
+        } else {
+            reduce8(prods.map(|v| _mm256_madd_epi16(v, ones)))
+        });
         acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, _mm256_set1_ps(yb.d)), acc);
         if !L::SIGNED {
             let c = match L::C_AT {
@@ -538,6 +572,43 @@ mod tests {
             }
         }
         d
+    }
+
+    /// Extreme codes (every 4- and 5-bit code at its maximum) against activations of ±127:
+    /// the 16-bit pairing of `reduce8_small` is at its bound and must still be exact.
+    #[test]
+    fn small_code_reduction_at_its_bound() {
+        if simd_level() < SimdLevel::Avx2 {
+            return;
+        }
+        for t in [G::Q4_0, G::Q4_1, G::Q5_0, G::Q5_1] {
+            let (rows, cols) = (16, 64);
+            let f = QuantFormat::Ggml(t);
+            let mut data = vec![0xffu8; rows * f.row_bytes(cols).unwrap()];
+            for b in data.chunks_exact_mut(f.block_bytes()) {
+                b[0..2].copy_from_slice(&half::f16::from_f32(1.0).to_le_bytes());
+                if matches!(t, G::Q4_1 | G::Q5_1) {
+                    b[2..4].copy_from_slice(&half::f16::from_f32(0.0).to_le_bytes());
+                }
+            }
+            let m = QuantMatrix {
+                format: f,
+                rows,
+                cols,
+                data: &data,
+                scales: None,
+                tensor_scale: None,
+            };
+            for n in [1usize, 8] {
+                for sign in [1.0f32, -1.0] {
+                    let x = vec![sign; n * cols];
+                    let (mut ys, mut yv) = (vec![0.0f32; n * rows], vec![0.0f32; n * rows]);
+                    matmul_with(&m, &x, n, &mut ys, SimdLevel::Scalar, false).unwrap();
+                    matmul_with(&m, &x, n, &mut yv, SimdLevel::Avx2, false).unwrap();
+                    assert_eq!(ys, yv, "{t:?} n={n} sign {sign}");
+                }
+            }
+        }
     }
 
     proptest! {
