@@ -39,6 +39,7 @@ struct AttnArgs {
 
 // Splits the decode kernel really uses for `nkeys` keys: one per `min_keys` keys, at most `splits`.
 DEVI int dec_splits(int nkeys, int splits, int min_keys) {
+    if (min_keys < 1) return splits;  // no minimum: every split block takes part
     int e = (nkeys + min_keys - 1) / min_keys;
     return e < 1 ? 1 : (e > splits ? splits : e);
 }
@@ -263,7 +264,7 @@ template <> struct Kv8<float> {
 // Keys per group per iteration: as many K/V loads in flight as the registers allow without
 // spilling (f32 rows are twice the registers of f16/bf16 ones; GM > 4 holds twice the q and acc).
 template <typename T, int GM> struct AtdUnroll {
-    static constexpr int U = sizeof(T) == 4 ? (GM > 4 ? 1 : 2) : (GM > 4 ? 2 : 4);
+    static constexpr int U = sizeof(T) == 4 ? 2 : (GM > 4 ? 2 : 4);
 };
 
 // Shared memory of one block: accumulators [KG][GM][HD] (KG * HD = 8 * 128), maxima, sums and
