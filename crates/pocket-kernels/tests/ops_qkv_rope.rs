@@ -387,3 +387,69 @@ fn bad_arguments_are_errors() {
         assert!(run(&x, &pos, &m, &odd).is_err(), "odd head_dim");
     }
 }
+
+/// Runs the op twice over one set of buffers, the second time with new rows, positions and
+/// slots written into the same tensors: recorded in a graph and replayed where the device
+/// captures (CUDA), eagerly otherwise. Returns q and both caches after the second run.
+fn twice(d: &Device, c: &Case, a: &Inputs, b: &Inputs, graph: bool) -> Outputs {
+    let p = params(c);
+    let w = p.q_width() + 2 * p.kv_width();
+    let rope = d.upload_rope(&a.table).unwrap();
+    let mut x = up(d, &a.x, &[c.n, w]);
+    let bias = up(d, &a.bias, &[w]);
+    let mut pos = up_u32(d, &a.positions, &[c.n]);
+    let mut m = meta(d, &a.slots);
+    let (mut kc, mut vc) = caches(d, c, a);
+    let mut q = d.alloc(DType::F32, &[c.n, c.heads, c.head_dim]).unwrap();
+    let mut run = |x: &Tensor, pos: &Tensor, m: &AttentionMeta, q: &mut Tensor| {
+        d.qkv_rope_kv_write(
+            QkvSource::Stacked(x),
+            QkvBias::Stacked(&bias),
+            &p,
+            pos,
+            &rope,
+            q,
+            &mut kc,
+            &mut vc,
+            m,
+        )
+    };
+    let g = if graph {
+        d.capture(|| run(&x, &pos, &m, &mut q)).unwrap().1
+    } else {
+        run(&x, &pos, &m, &mut q).unwrap();
+        None
+    };
+    d.write_f32(&mut x, &b.x, &[c.n, w]).unwrap();
+    d.write_u32(&mut pos, &b.positions, &[c.n]).unwrap();
+    d.write_u32(&mut m.slot_mapping, &b.slots, &[c.n]).unwrap();
+    match &g {
+        Some(g) => g.replay().unwrap(),
+        None => run(&x, &pos, &m, &mut q).unwrap(),
+    }
+    (read(d, &q), read(d, &kc), read(d, &vc))
+}
+
+#[test]
+fn replays_in_a_graph_with_new_positions_and_slots() {
+    let c = cases()[4];
+    assert!(c.bias && !c.separate);
+    let mut rng = Rng::new(11);
+    let (a, mut b) = (inputs(&c, &mut rng), inputs(&c, &mut rng));
+    b.bias = a.bias.clone(); // the bias is a weight: the graph keeps the first one
+    for d in Device::all_for_tests() {
+        let eager = twice(&d, &c, &a, &b, false);
+        let replayed = twice(&d, &c, &a, &b, true);
+        let tag = d.name();
+        assert_eq!(bits(&replayed.0), bits(&eager.0), "{tag}: q");
+        assert_eq!(bits(&replayed.1), bits(&eager.1), "{tag}: k cache");
+        assert_eq!(bits(&replayed.2), bits(&eager.2), "{tag}: v cache");
+        // The second run's slots hold the second rows (not the first run's).
+        let single = fused(&d, &c, &b);
+        assert_eq!(
+            bits(&replayed.0),
+            bits(&single.0),
+            "{tag}: q of the second run"
+        );
+    }
+}
