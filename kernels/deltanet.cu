@@ -255,12 +255,12 @@ delta_chunk_prep(const float* __restrict__ qkv, const float* __restrict__ g, con
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int ldk = (dk + 31) & ~31, ldv = (dv + 31) & ~31;
     int ks = ldk + 1;                 // odd row stride: lanes reading different rows of K hit different banks
-    int r2 = ks > ldv ? ks : ldv;     // row capacity of the second region (Q, then U)
-    float* Ks = smem;                 // [64][ks] normalised k, then W in place
-    float* Qs = Ks + DC_T * ks;       // [64][ks] normalised, scaled q; then U [64][ldv]
-    float* A = Qs + DC_T * r2;        // [64][65]
-    float* gam = A + DC_T * (DC_T + 1);
+    float* Ks = smem;                 // [64][ks] normalised k
+    float* Qs = Ks + DC_T * ks;       // [64][ks] normalised, scaled q
+    float* A = Qs + DC_T * ks;        // [64][64], 16-byte aligned rows (the solve reads float4s)
+    float* gam = A + DC_T * DC_T;
     float* bet = gam + DC_T;
+    float* bw = bet + DC_T;           // β e^γ, the scale of W's right-hand side
     pdl_wait();
     pdl_trigger();
     uint32_t r0 = query_start[s], r1 = query_start[s + 1];
@@ -317,6 +317,7 @@ delta_chunk_prep(const float* __restrict__ qkv, const float* __restrict__ g, con
     }
     __syncthreads();
 
+    if (tid < DC_T) bw[tid] = bet[tid] * expf(gam[tid]);
     // A (kept here) and P (to the scratch) in 4 x 4 register tiles: thread (ti, tj) of a 16 x 16
     // grid owns rows i = ti + 16a and columns j = tj + 16b, so per d it loads 4 K[j] (at the odd
     // stride, 16 consecutive rows per warp: conflict-free), 4 K[i] and 4 Q[i] (two rows per warp:
@@ -355,7 +356,7 @@ delta_chunk_prep(const float* __restrict__ qkv, const float* __restrict__ g, con
                     if (j < i) av = bet[i] * dkk[a][b] * dec;
                     pv = dqk[a][b] * dec;
                 }
-                A[i * (DC_T + 1) + j] = av;
+                A[i * DC_T + j] = av;
                 P[i * DC_T + j] = pv;
             }
     }
@@ -368,33 +369,44 @@ delta_chunk_prep(const float* __restrict__ qkv, const float* __restrict__ g, con
     }
     __syncthreads();
 
-    // Forward substitution, one column of [W | U] per thread, in place:
-    // X_i = init_i - sum_{j<i} A[i,j] X_j (the CPU's order).
+    // Forward substitution, one column of [W | U] per thread with the column in registers (the
+    // loops are unrolled, so x[] needs no local memory), rows of A read as float4 broadcasts:
+    // x_i = init_i - sum_{j<i} A[i,j] x_j in the CPU's order. The float4 groups run past j = i-1
+    // into A's zero upper triangle: those terms subtract 0 * (finite x_j), which changes nothing.
+    // Rows past m start at zero and their A rows are zero, so they stay zero.
     for (int c = tid; c < ldk + ldv; c += DC_THREADS) {
-        float* X;
-        int stride;
+        float x[DC_T];
         if (c < ldk) {
-            X = Ks + c;
-            stride = ks;
-            for (int i = 0; i < DC_T; i++) X[i * stride] = i < m ? bet[i] * expf(gam[i]) * X[i * stride] : 0.f;
+#pragma unroll
+            for (int i = 0; i < DC_T; i++) x[i] = i < m ? bw[i] * Ks[i * ks + c] : 0.f;
         } else {
             int cv = c - ldk;
-            X = Qs + cv;
-            stride = ldv;
             const float* v = qkv + (size_t)t0 * width + 2 * (size_t)hk * dk + (size_t)h * dv + cv;
-            for (int i = 0; i < DC_T; i++)
-                X[i * stride] = (i < m && cv < dv) ? bet[i] * v[(size_t)i * width] : 0.f;
+#pragma unroll
+            for (int i = 0; i < DC_T; i++) x[i] = (i < m && cv < dv) ? bet[i] * v[(size_t)i * width] : 0.f;
         }
-        for (int i = 1; i < m; i++) {
-            float acc = X[i * stride];
-            const float* ai = A + i * (DC_T + 1);
-            for (int j = 0; j < i; j++) acc -= ai[j] * X[j * stride];
-            X[i * stride] = acc;
+#pragma unroll
+        for (int i = 1; i < DC_T; i++) {
+            float acc = x[i];
+#pragma unroll
+            for (int j = 0; j < i; j += 4) {
+                float4 a = *(const float4*)&A[i * DC_T + j];
+                acc -= a.x * x[j];
+                if (j + 1 < DC_T) acc -= a.y * x[j + 1];
+                if (j + 2 < DC_T) acc -= a.z * x[j + 2];
+                if (j + 3 < DC_T) acc -= a.w * x[j + 3];
+            }
+            x[i] = acc;
+        }
+        // Straight to the scratch: consecutive threads write consecutive columns.
+        if (c < ldk) {
+#pragma unroll
+            for (int i = 0; i < DC_T; i++) W[i * ldk + c] = x[i];
+        } else {
+#pragma unroll
+            for (int i = 0; i < DC_T; i++) U[i * ldv + c - ldk] = x[i];
         }
     }
-    __syncthreads();
-    for (int idx = tid; idx < DC_T * ldk; idx += DC_THREADS) W[idx] = Ks[(idx / ldk) * ks + idx % ldk];
-    for (int idx = tid; idx < DC_T * ldv; idx += DC_THREADS) U[idx] = Qs[idx];
 }
 
 // Copies n floats (a multiple of 4, 16-byte aligned) from global to shared memory.

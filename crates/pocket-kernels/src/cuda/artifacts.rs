@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "956b24f8c7ac6036abd3439c24ac2bd7d49863c26ff2f4b7b7ec15df5f04dc1e";
+    "acbea1085726cfa4ce3d56bca38ec0e129331bf5a2520e07876f014065d643a4";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

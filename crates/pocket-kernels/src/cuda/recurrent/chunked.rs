@@ -81,9 +81,11 @@ pub(crate) fn delta_rule_chunked(
     out: &mut Tensor,
     slots: usize,
 ) -> Option<Result<()>> {
-    let (ldk, ldv) = (pad32(p.k_dim), pad32(p.v_dim));
+    let ldk = pad32(p.k_dim);
     let ks = ldk + 1;
-    let prep_smem = (CHUNK * ks + CHUNK * ks.max(ldv) + CHUNK * (CHUNK + 1) + 2 * CHUNK) * 4;
+    // K and Q [64][ldk + 1], A [64][64], γ, β and β e^γ [64] (delta_chunk_prep's layout).
+    let prep_smem = (2 * CHUNK * ks + CHUNK * CHUNK + 3 * CHUNK) * 4;
+    // The state slab [ldk][32], one staged [64][ldk] operand, P [64][64], vn [64][32].
     let scan_smem = (ldk * 32 + CHUNK * ldk + CHUNK * CHUNK + CHUNK * 32) * 4;
     match (
         allow_smem(be, Kernel::DeltaChunkPrep, prep_smem),
