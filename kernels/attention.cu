@@ -388,8 +388,8 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
             sl[grp * GM + g] = l[g];
         }
         float4* dst = (float4*)(sacc + (grp * GM + g) * HD + 8 * dl);
-        dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-        dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+        dst[0] = float4{acc[g][0], acc[g][1], acc[g][2], acc[g][3]};
+        dst[1] = float4{acc[g][4], acc[g][5], acc[g][6], acc[g][7]};
     }
     __syncthreads();
     if (tid < KG * GM) {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "acbea1085726cfa4ce3d56bca38ec0e129331bf5a2520e07876f014065d643a4";
+    "7f36d0775443e0e3291e22e0216515d7a3fefca81e9f1fb90e82babab43e5182";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
