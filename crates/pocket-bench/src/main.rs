@@ -271,7 +271,8 @@ fn cmd_parity(argv: &[String]) -> Result<()> {
         println!(
             "parity {spec} prompt {} tok: logits max|d| {:.3e} (rel {:.2e}), greedy {}/{} equal, \
              forced max|d| {:.3e}, forced top-1 mismatches above margin {}: {}; reference noise \
-             (cpu batch vs token by token) rel {:.2e}, greedy {}/{} equal",
+             (cpu batch vs token by token) rel {:.2e}, greedy {}/{} equal; cpu vs exact \
+             arithmetic rel {:.2e}",
             p.prompt_tokens,
             p.max_abs_diff,
             p.rel_diff,
@@ -282,7 +283,8 @@ fn cmd_parity(argv: &[String]) -> Result<()> {
             p.forced_mismatches,
             p.reference_noise_rel,
             p.reference_greedy_equal,
-            p.greedy_len
+            p.greedy_len,
+            p.reference_exact_rel
         );
     }
     println!(
