@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a device bundle (built by `cargo xtask device-bundle`) on the GPU machine: every test
-# binary, then the GPU benchmarks; logs go to $OUT (the device tool brings them back) and a
+# binary, then the GPU benchmarks (BENCH_FILTER="name ..." picks some); logs go to $OUT (the device tool brings them back) and a
 # summary table is printed last. Run from the repository root: `bash bundle/run.sh [filter]`.
 set -uo pipefail
 BUNDLE="$(cd "$(dirname "$0")" && pwd)"
@@ -72,7 +72,9 @@ bench_lines=()
 for exe in "$BUNDLE"/bin/test-*cuda_bench*; do
   [ -e "$exe" ] || continue
   [ -n "$FILTER" ] && [[ "bench" != *"$FILTER"* ]] && [[ "$(basename "$exe")" != *"$FILTER"* ]] && continue
-  "$exe" --ignored --nocapture --test-threads=1 >"$LOGS/bench.log" 2>&1
+  # BENCH_FILTER (space-separated test names) runs only those benchmarks.
+  # shellcheck disable=SC2086
+  "$exe" --ignored --nocapture --test-threads=1 ${BENCH_FILTER:-} >"$LOGS/bench.log" 2>&1
   mapfile -t lines < <(grep -E "^(gemv|gemm|attn|step)" "$LOGS/bench.log" | awk '!seen[$0]++')
   bench_lines+=("${lines[@]}")
   # Programmatic dependent launch A/B: the decode-step bench again with PDL off (the run above
