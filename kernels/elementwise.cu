@@ -66,8 +66,10 @@ extern "C" __global__ void rope(float* __restrict__ x, const uint32_t* __restric
     float* h = x + th * head_dim;
     int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     float x0 = h[a], x1 = h[b];
-    h[a] = x0 * c - x1 * s;
-    h[b] = x0 * s + x1 * c;
+    // Explicit round-to-nearest products and sums: nvcc may not contract them into FMAs, so this
+    // equals the CPU backend's rope (plain f32 mul/add) and qkv_rope.cu's copy bit for bit.
+    h[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    h[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
 // K/V rows [n, kv_heads * head_dim] f32 into paged caches [blocks * block_size, kv_heads * head_dim].

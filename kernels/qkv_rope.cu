@@ -2,7 +2,8 @@
 // rotated Q for the attention kernel and K/V into the paged cache. Replaces split_columns3,
 // add_bias (up to 3), rope (2) and kv_write_* (elementwise.cu, split.cu), and must equal them
 // bit for bit: every element sees the same float operations written the same way (one bias add,
-// then the rope kernel's two expressions, then the cache's rounding).
+// then the rope kernel's two expressions in explicit __fmul_rn/__fadd_rn/__fsub_rn, then the
+// cache's rounding).
 #include "common.cuh"
 
 // Mirrors `QkvRopeArgs` in crates/pocket-kernels/src/cuda/qkv_rope.rs (13 pointers, then ints).
@@ -73,17 +74,19 @@ __device__ void qkv_rope_kv_write(const QkvRopeArgs& a) {
     }
     float x0 = src[ea], x1 = src[eb];
     if (bias) {
-        // add_bias: x[i] += b[i % m]
-        x0 += bias[ea];
-        x1 += bias[eb];
+        // add_bias: x[i] += b[i % m] (a lone add: nothing to contract)
+        x0 = __fadd_rn(x0, bias[ea]);
+        x1 = __fadd_rn(x1, bias[eb]);
     }
     if (rotate) {
         uint32_t p = a.pos[tok];
         if (p < (uint32_t)a.max_pos) {  // validated on the host; rope skips such tokens too
             float c = a.cos_t[(size_t)p * half + j], s = a.sin_t[(size_t)p * half + j];
-            // The rope kernel's expressions, written identically so they compile identically.
-            float r0 = x0 * c - x1 * s;
-            float r1 = x0 * s + x1 * c;
+            // The rope kernel's expressions with explicit round-to-nearest intrinsics (no FMA
+            // contraction left to nvcc, whose choice differed between the two kernels): equal to
+            // the rope kernel and to the CPU backend's plain f32 mul/add bit for bit.
+            float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            float r1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
             x0 = r0;
             x1 = r1;
         }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "7f36d0775443e0e3291e22e0216515d7a3fefca81e9f1fb90e82babab43e5182";
+    "321e1c5cdd3438f97722244ddbf4260734e2038b009f08b78ee858293d2aa6b5";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
