@@ -228,6 +228,7 @@ template <typename T> struct Kv8;
 template <> struct Kv8<__half> {
     uint4 r;
     DEVI void load(const __half* p) { r = __ldg((const uint4*)p); }
+    DEVI void zero() { r = uint4{0u, 0u, 0u, 0u}; }
     DEVI void get(float* o) const {
         uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -240,6 +241,7 @@ template <> struct Kv8<__half> {
 template <> struct Kv8<__nv_bfloat16> {
     uint4 r;
     DEVI void load(const __nv_bfloat16* p) { r = __ldg((const uint4*)p); }
+    DEVI void zero() { r = uint4{0u, 0u, 0u, 0u}; }
     DEVI void get(float* o) const {
         uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -255,6 +257,7 @@ template <> struct Kv8<float> {
         a = __ldg((const float4*)p);
         b = __ldg((const float4*)p + 1);
     }
+    DEVI void zero() { a = b = float4{0.f, 0.f, 0.f, 0.f}; }
     DEVI void get(float* o) const {
         o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
         o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
@@ -318,6 +321,11 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
                 size_t slot = (size_t)bt[j / a.block_size] * a.block_size + (j % a.block_size);
                 kr[u].load(kc + slot * kv_stride + col);
                 vr[u].load(vc + slot * kv_stride + col);
+            } else {
+                // A key past the split's end still goes through the FMAs below with weight 0,
+                // and 0 * (stale register bits: Inf/NaN) is NaN: give it zero rows instead.
+                kr[u].zero();
+                vr[u].zero();
             }
         }
         float sc[U][GM];

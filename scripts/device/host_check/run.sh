@@ -26,7 +26,12 @@ open(f"{work}/dots.h", "w").write('#pragma once\n#include "shim.h"\n' + fmt + do
 a = open(f"{root}/kernels/attention.cu").read()
 args = a[a.index("struct AttnArgs {"):a.index("template <typename T>\n__device__ void attention(")]
 dec = a[a.index("#define ATD_THREADS 128"):a.index("#define DEF_ATTN_DECODE")]
-open(f"{work}/kern.h", "w").write(args + dec)
+comb = a[a.index("#define ATC_MAX_SPLITS"):a.index("// ---- decode:")].replace('extern "C" ', "")
+# Uninitialised register arrays start as NaN bits in the emulation (stale registers on the GPU).
+decl = "Kv8<T> kr[U], vr[U];"
+assert decl in dec, "attn_emu: Kv8 declaration not found"
+dec = dec.replace(decl, decl + " EMU_POISON(kr); EMU_POISON(vr);")
+open(f"{work}/kern.h", "w").write(args + comb + dec)
 d = open(f"{root}/kernels/deltanet.cu").read()
 d = d[d.index("#define DC_T 64"):].replace("extern __shared__ float smem[];", "float* smem = g_smem;")
 open(f"{work}/delta_kern.h", "w").write(d.replace('extern "C" ', ""))

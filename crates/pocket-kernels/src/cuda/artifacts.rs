@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "321e1c5cdd3438f97722244ddbf4260734e2038b009f08b78ee858293d2aa6b5";
+    "d1afa4ae76f87adccd5b4f16a12152ea77912249ac0208a5cc033ed91372a319";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
