@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # CPU check of the split one-row GEMVs (kernels/gemv_fp8.cu gemv_fp8_n1k, kernels/gemv.cu gemv_h):
 # the kernel sources are extracted as they are and run with one host thread per CUDA thread
-# (gemv_emu.cpp) against an f64 reference, on shapes with partial last blocks and column passes.
+# (gemv_emu.cpp) against an f64 reference, on shapes with partial last blocks and column passes,
+# and on the Qwen3.5-27B decode shapes (stacked FP8 [qkv|z] with each part's own tile scales, the
+# 248320-row BF16 LM head; sampled blocks there), counting every 16-byte weight read.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
@@ -14,7 +16,10 @@ root, work = sys.argv[1], sys.argv[2]
 g8 = open(f"{root}/kernels/gemv_fp8.cu").read()
 dec = g8[g8.index("// Four codes of `v`"):g8.index("template <int E5M2, bool TILED>\n__device__ __forceinline__ void gemv_fp8_n1(")]
 k = g8[g8.index("#define FP8K_THREADS 128"):g8.index("template <int E5M2, bool TILED, int M>")]
-plain = "inline uint4 ld_stream16(const void* p) { uint4 v; memcpy(&v, p, 16); return v; }\n"
+plain = ("extern uint8_t* g_reads; extern const uint8_t* g_base;\n"
+         "inline uint4 ld_stream16(const void* p) { uint4 v; memcpy(&v, p, 16);\n"
+         "  if (g_reads) __atomic_fetch_add(&g_reads[((const uint8_t*)p - g_base) / 16], 1, __ATOMIC_RELAXED);\n"
+         "  return v; }\n")
 k = re.sub(r"__device__ __forceinline__ uint4 ld_stream16\(const void\* p\) \{.*?\n\}\n", plain, k, flags=re.S)
 g = open(f"{root}/kernels/gemv.cu").read()
 h = g[g.index("#define GEMVH_U 4"):g.index("#define DEF_GEMV_H")]
@@ -22,5 +27,5 @@ h = re.sub(r"DEVI uint4 ld_stream16\(const void\* p\) \{.*?\n\}\n", "", h, flags
 open(f"{work}/kern.h", "w").write(dec + k + h)
 PY
 cd "$WORK"
-g++ -O1 -std=c++20 -w -pthread gemv_emu.cpp -o gemv_emu
-./gemv_emu
+g++ -O1 -std=c++20 -w gemv_emu.cpp -o gemv_emu
+./gemv_emu "$@"
