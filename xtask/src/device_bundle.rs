@@ -69,7 +69,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
         std::fs::copy(exe, &dst).map_err(|e| format!("{}: {e}", exe.display()))?;
         let _ = Command::new("strip").arg(&dst).status();
     }
-    for script in ["run.sh", "e2e.sh", "session.sh", "profile.sh", "profile_summary.py"] {
+    for script in [
+        "run.sh",
+        "e2e.sh",
+        "session.sh",
+        "profile.sh",
+        "profile_summary.py",
+    ] {
         std::fs::copy(
             root.join("scripts/device").join(script),
             bundle.join(script),
