@@ -77,8 +77,19 @@ impl Pool {
             .map_err(|e| cuda_err("alloc", e))?;
         let p = match unsafe { dr::malloc_sync(class) } {
             Ok(p) => p,
-            Err(_) => {
-                self.release_cached()?;
+            Err(first) => {
+                // Inside a stream capture both the allocation and the release are refused; say
+                // so, since the capture's own error ("operation not permitted") names neither.
+                if let Err(e) = self.release_cached() {
+                    return Err(KernelError::Cuda {
+                        op: "alloc",
+                        msg: format!(
+                            "{class} bytes: {first}; releasing the cache to retry failed too \
+                             ({e}): an allocation inside a stream capture fails this way, so \
+                             size the buffer before capturing"
+                        ),
+                    });
+                }
                 unsafe { dr::malloc_sync(class) }.map_err(|_| KernelError::OutOfMemory {
                     bytes: class,
                     device: format!("cuda:{}", self.ctx.ordinal()),
