@@ -72,13 +72,17 @@ bench_lines=()
 for exe in "$BUNDLE"/bin/test-*cuda_bench*; do
   [ -e "$exe" ] || continue
   [ -n "$FILTER" ] && [[ "bench" != *"$FILTER"* ]] && [[ "$(basename "$exe")" != *"$FILTER"* ]] && continue
+  log="$LOGS/$(basename "$exe" | sed 's/^test-pocket_kernels-//').log"
   # BENCH_FILTER (space-separated test names) runs only those benchmarks.
   # shellcheck disable=SC2086
-  "$exe" --ignored --nocapture --test-threads=1 ${BENCH_FILTER:-} >"$LOGS/bench.log" 2>&1
-  mapfile -t lines < <(grep -E "^(gemv|gemm|attn|step)" "$LOGS/bench.log" | awk '!seen[$0]++')
+  "$exe" --ignored --nocapture --test-threads=1 ${BENCH_FILTER:-} >"$log" 2>&1
+  mapfile -t lines < <(grep -E "^(gemv|gemm|attn|step|small|qkv|delta)" "$log" | awk '!seen[$0]++')
   bench_lines+=("${lines[@]}")
-  # Programmatic dependent launch A/B: the decode-step bench again with PDL off (the run above
-  # used the default), its lines tagged; bench_decode_step_8b_pdl above compares both in-process.
+done
+# Programmatic dependent launch A/B: the decode-step bench again with PDL off (the run above used
+# the default), its lines tagged; bench_decode_step_8b_pdl compares both in-process.
+for exe in "$BUNDLE"/bin/test-*cuda_bench; do
+  [ -e "$exe" ] || continue
   POCKET_PDL=0 "$exe" --ignored --nocapture --test-threads=1 --exact bench_decode_step_8b \
     >"$LOGS/bench_pdl0.log" 2>&1
   mapfile -t lines < <(grep -E "^step" "$LOGS/bench_pdl0.log" | awk '!seen[$0]++' | sed 's/^step/step[POCKET_PDL=0]/')
