@@ -4,7 +4,9 @@
 //! may be one stacked weight whose output row `[q | k | v]` is split into the three.
 
 use pocket_kernels::rope::DeviceRope;
-use pocket_kernels::{AttentionParams, Device, QkvBias, QkvRopeParams, QkvSource, Tensor};
+use pocket_kernels::{
+    AttentionParams, Device, DeviceKind, QkvBias, QkvRopeParams, QkvSource, Tensor,
+};
 
 use crate::batch::BatchTensors;
 use crate::scratch::{fit, view, workspace};
@@ -163,7 +165,7 @@ impl Attention {
             view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
             fit(dev, t, n)?;
         }
-        if !self.output_gate && fused_qkv() {
+        if !self.output_gate && fused_qkv(dev) {
             return self.forward_fused(dev, x, batch, rope, cache, s, out);
         }
         let q_rows = if self.output_gate { 2 * h * hd } else { h * hd };
@@ -390,9 +392,16 @@ impl Attention {
     }
 }
 
-/// Whether ungated layers take the one-pass attention-input op (default) or the unfused
-/// split / bias / rope / kv_write sequence (`POCKET_FUSED_QKV=0`, kept for A/B runs).
-fn fused_qkv() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("POCKET_FUSED_QKV").is_ok_and(|v| v == "0"))
+/// Whether ungated layers take the one-pass attention-input op or the unfused split / bias /
+/// rope / kv_write sequence. On by default on CUDA, where it replaces 4-6 launches by one; off on
+/// the CPU, where there is no launch to save and the op's reference implementation gathers K/V
+/// into temporaries. `POCKET_FUSED_QKV=1` (or `=0`) forces it on (off) on any device, for A/B runs.
+fn fused_qkv(dev: &Device) -> bool {
+    static ENV: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *ENV.get_or_init(|| match std::env::var("POCKET_FUSED_QKV").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    });
+    forced.unwrap_or(!matches!(dev.kind(), DeviceKind::Cpu))
 }
