@@ -4,22 +4,26 @@
 # the device with the bundle unpacked:  bash bundle/profile.sh   (writes $OUT/profile-*.csv and a
 # summary per model: kernels by total time, and the sum per decode step).
 set -uo pipefail
-BUNDLE="$(cd "$(dirname "$0")" && pwd)"
+BUNDLE="${BUNDLE:-$(cd "$(dirname "$0")" && pwd)}"
 OUT="${OUT:-/tmp/pocket-profile}"
 mkdir -p "$OUT" /tmp/pocket-prof
 export LD_LIBRARY_PATH="/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)"
 BENCH="$BUNDLE/bin/pocket-bench"
 GEN="${PROFILE_GEN:-4}"
+# PROFILE_PROMPT=512 PROFILE_GEN=1 PROFILE_REPS=1 profiles a prefill instead of decode steps.
+PROMPT="${PROFILE_PROMPT:-1}"
+REPS="${PROFILE_REPS:-3}"
+TAG="${PROFILE_TAG:-}"
 profile() { # name model-arg...
-  local name=$1; shift
+  local name=$1$TAG; shift
   timeout 300 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
     --csv --page raw --log-file "$OUT/profile-$name.ncu.log" \
-    "$BENCH" run "$@" --device cuda --prompt-tokens 1 --gen-tokens "$GEN" --reps 3 --warmup 0 \
+    "$BENCH" run "$@" --device cuda --prompt-tokens "$PROMPT" --gen-tokens "$GEN" --reps "$REPS" --warmup 0 \
     --vocab-dir "$BUNDLE/vocab" >"$OUT/profile-$name.csv" 2>"$OUT/profile-$name.err"
   echo "ncu $name rc=$?"
   # Steps: 3 repetitions of a one-token prefill and GEN decode steps.
-  python3 "$BUNDLE/profile_summary.py" "$OUT/profile-$name.ncu.log" "$((3 * GEN + 3))" | tee "$OUT/profile-$name.txt"
+  python3 "$BUNDLE/profile_summary.py" "$OUT/profile-$name.ncu.log" "$((REPS * GEN + REPS))" | tee "$OUT/profile-$name.txt"
   xz -T0 "$OUT/profile-$name.ncu.log"
 }
 for spec in ${PROFILE_DENSE-llama3-8b:q4_0 smollm-135m:q4_1}; do
