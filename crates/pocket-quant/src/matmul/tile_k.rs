@@ -4,7 +4,7 @@
 //! each weight super-block is decoded once for the 8 rows, the 8 rows' exact integer sums
 //! (sub-block scales applied in `vpmaddwd`, the minimum / offset terms through the activation
 //! block sums) are reduced into one vector and scaled by `d * dy[a]` with one FMA. The integer
-//! arithmetic is the per-row AVX2 kernels' (`simd::avx2::dot_q4_k` / `dot_q6_k`), so results
+//! arithmetic is the per-row AVX2 kernels' (`simd::avx2_k::dot_q4_k` / `dot_q6_k`), so results
 //! agree with them up to f32 rounding of the scale products and the accumulation order.
 
 use super::tile::{reduce8, TA};

@@ -1,4 +1,4 @@
-//! AVX2 dot kernels (x86-64). A kernel is only handed out by [`kernel`] after the caller checked
+//! AVX2 dot kernels (x86-64; the K-quants' are in `avx2_k`). A kernel is only handed out by [`kernel`] after the caller checked
 //! `avx2_available()` (AVX2 + FMA + F16C), which makes the `unsafe` calls below sound.
 //!
 //! Technique (the usual one for int8 dots on AVX2): 4-bit codes are unpacked to unsigned bytes and
@@ -10,7 +10,6 @@ use crate::act::{BlockQ8, BlockQ8K};
 use crate::dot::Kernel;
 use crate::format::QuantFormat;
 use crate::formats::iq4::KVALUES_IQ4NL;
-use crate::formats::kquants::get_scale_min_k4;
 use pocket_formats::ggml_type::GgmlType as G;
 use std::arch::x86_64::*;
 
@@ -26,9 +25,6 @@ pub(crate) fn kernel(f: QuantFormat) -> Option<Kernel> {
         QuantFormat::Ggml(G::Q5_1) => Kernel::Q8(dot_q5_1),
         QuantFormat::Ggml(G::Q8_0) => Kernel::Q8(dot_q8_0),
         QuantFormat::Ggml(G::IQ4_NL) => Kernel::Q8(dot_iq4_nl),
-        QuantFormat::Ggml(G::Q4_K) => Kernel::Q8K(dot_q4_k),
-        QuantFormat::Ggml(G::Q5_K) => Kernel::Q8K(dot_q5_k),
-        QuantFormat::Ggml(G::Q6_K) => Kernel::Q8K(dot_q6_k),
         QuantFormat::Ggml(G::IQ4_XS) => Kernel::Q8K(dot_iq4_xs),
         _ => return None,
     })
@@ -292,132 +288,6 @@ safe_wrapper!(dot_iq4_nl, dot_iq4_nl_impl, BlockQ8);
 pub(super) unsafe fn scale_pair(a: i16, b: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
 }
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 144).min(x.len());
-    let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = 0.0f32;
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * 144);
-        let y = &*x.as_ptr().add(i);
-        let (sc, mn) = get_scale_min_k4(std::slice::from_raw_parts(b.add(4), 12));
-        let d = f16_at(b) * y.d;
-        let dmin = f16_at(b.add(2)) * y.d;
-        let mut msum = 0i32;
-        for j in 0..8 {
-            msum += mn[j] as i32 * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32);
-        }
-        let mut sumi = _mm256_setzero_si256();
-        for c in 0..4 {
-            let q = _mm256_loadu_si256(b.add(16 + 32 * c) as *const __m256i);
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            let plo = _mm256_maddubs_epi16(lo, load(y.qs.as_ptr().add(64 * c)));
-            let phi = _mm256_maddubs_epi16(hi, load(y.qs.as_ptr().add(64 * c + 32)));
-            sumi = _mm256_add_epi32(
-                sumi,
-                _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c] as i16)),
-            );
-            sumi = _mm256_add_epi32(
-                sumi,
-                _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1] as i16)),
-            );
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += dmin * msum as f32;
-    }
-    hsum(acc) - accm
-}
-safe_wrapper!(dot_q4_k, dot_q4_k_impl, BlockQ8K);
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q5_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 176).min(x.len());
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m16 = _mm256_set1_epi8(0x10);
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = 0.0f32;
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * 176);
-        let y = &*x.as_ptr().add(i);
-        let (sc, mn) = get_scale_min_k4(std::slice::from_raw_parts(b.add(4), 12));
-        let d = f16_at(b) * y.d;
-        let dmin = f16_at(b.add(2)) * y.d;
-        let mut msum = 0i32;
-        for j in 0..8 {
-            msum += mn[j] as i32 * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32);
-        }
-        let qh = _mm256_loadu_si256(b.add(16) as *const __m256i);
-        let mut sumi = _mm256_setzero_si256();
-        for c in 0..4 {
-            let q = _mm256_loadu_si256(b.add(48 + 32 * c) as *const __m256i);
-            let h0 = _mm256_and_si256(_mm256_slli_epi16(srl16(qh, 2 * c as i32), 4), m16);
-            let h1 = _mm256_and_si256(_mm256_slli_epi16(srl16(qh, 2 * c as i32 + 1), 4), m16);
-            let lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
-            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
-            let plo = _mm256_maddubs_epi16(lo, load(y.qs.as_ptr().add(64 * c)));
-            let phi = _mm256_maddubs_epi16(hi, load(y.qs.as_ptr().add(64 * c + 32)));
-            sumi = _mm256_add_epi32(
-                sumi,
-                _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c] as i16)),
-            );
-            sumi = _mm256_add_epi32(
-                sumi,
-                _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1] as i16)),
-            );
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += dmin * msum as f32;
-    }
-    hsum(acc) - accm
-}
-safe_wrapper!(dot_q5_k, dot_q5_k_impl, BlockQ8K);
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q6_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 210).min(x.len());
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(0x03);
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * 210);
-        let y = &*x.as_ptr().add(i);
-        let sc = b.add(192) as *const i8;
-        // offset correction: 32 * sum_g scale[g] * bsums[g]
-        let scv = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
-        let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
-        let corr = _mm256_slli_epi32(_mm256_madd_epi16(scv, bs), 5);
-        let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
-        for h in 0..2 {
-            let ql0 = _mm256_loadu_si256(b.add(h * 64) as *const __m256i);
-            let ql1 = _mm256_loadu_si256(b.add(h * 64 + 32) as *const __m256i);
-            let qh = _mm256_loadu_si256(b.add(128 + h * 32) as *const __m256i);
-            let los = [
-                _mm256_and_si256(ql0, m4),
-                _mm256_and_si256(ql1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-            ];
-            for (s, lo) in los.into_iter().enumerate() {
-                let hi = _mm256_and_si256(srl16(qh, 2 * s as i32), m3);
-                let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                let p = _mm256_maddubs_epi16(q, load(y.qs.as_ptr().add(h * 128 + s * 32)));
-                let g = h * 8 + s * 2;
-                let scales = scale_pair(*sc.add(g) as i16, *sc.add(g + 1) as i16);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
-            }
-        }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(f16_at(b.add(208)) * y.d),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
-    }
-    hsum(acc)
-}
-safe_wrapper!(dot_q6_k, dot_q6_k_impl, BlockQ8K);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq4_xs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
