@@ -50,7 +50,8 @@ if [ "$WHAT" != bench ]; then
     rc=$?
     line=$(grep -E "^parity $model:" "$LOG" | tail -n 1)
     summary+=("${line:-parity $model: no result (rc $rc)}")
-    grep -E "^parity $model prompt" "$LOG" | tail -n 3 | while read -r l; do summary+=("$l"); echo "$l"; done
+    # Every prompt line of this model (each model runs once), including any "greedy split" line.
+    grep -E "^parity $model prompt" "$LOG"
   done
   # Hybrid (Qwen3.5: Gated DeltaNet + gated attention; kernels/deltanet.cu): the first small
   # qwen3.5 preset pocket-bench knows. The 27B is left out: its CPU reference is far too slow here.
@@ -61,6 +62,7 @@ if [ "$WHAT" != bench ]; then
       --synth-dir /tmp/pocket-synth --vocab-dir "$VOCAB" --json >>"$LOG" 2>&1
     rc=$?
     line=$(grep -E "^parity $model:" "$LOG" | tail -n 1)
+    grep -E "^parity $model prompt" "$LOG"
     echo "${line:-parity $model: no result (rc $rc)}"
   else
     echo "parity qwen3.5 hybrid: SKIPPED (pocket-bench has no small qwen3.5 preset)" | tee -a "$LOG"

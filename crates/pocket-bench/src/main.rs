@@ -286,6 +286,21 @@ fn cmd_parity(argv: &[String]) -> Result<()> {
             p.greedy_len,
             p.reference_exact_rel
         );
+        if let Some(sp) = &p.split {
+            println!(
+                "parity {spec} prompt {} tok: greedy split at token {}: cpu {} vs device {}; \
+                 cpu prefers its token by {:.3e}, device its own by {:.3e}, exact arithmetic \
+                 the cpu's by {:.3e} (negative: the device's); step max|d| {:.3e}",
+                p.prompt_tokens,
+                sp.step,
+                sp.tokens.0,
+                sp.tokens.1,
+                sp.reference_margin,
+                sp.device_margin,
+                sp.exact_margin,
+                sp.max_abs_diff
+            );
+        }
     }
     println!(
         "parity {spec}: {} ({} vs {})",

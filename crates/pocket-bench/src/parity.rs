@@ -46,6 +46,49 @@ pub struct PromptParity {
     /// activations (bit-identically quantized, but from differently accumulated inputs) can be as
     /// far from the exact forward, so it may differ from the reference by up to twice this.
     pub reference_exact_rel: f32,
+    /// Where free-running greedy decoding first differed, if it did.
+    pub split: Option<GreedySplit>,
+}
+
+/// The first free-running step at which the two devices chose different tokens. Both sides saw
+/// the same history up to it, so its logits say how close the choice was: a split where the
+/// reference's own top-2 margin is below the logit difference both devices show elsewhere is a
+/// near-tie that rounding decides, not a wrong result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GreedySplit {
+    /// Generated-token index of the split (equals `greedy_equal`).
+    pub step: usize,
+    /// The reference's token there and the device's.
+    pub tokens: (u32, u32),
+    /// The reference's preference for its token over the device's (its top-2 margin when the
+    /// device's token is its runner-up), in logits.
+    pub reference_margin: f32,
+    /// The device's preference for its token over the reference's.
+    pub device_margin: f32,
+    /// The exact-arithmetic reference's (f32 activations, same history) preference for the
+    /// reference's token over the device's: negative when exact arithmetic sides with the device.
+    pub exact_margin: f32,
+    /// Largest |a - b| over the step's logits.
+    pub max_abs_diff: f32,
+}
+
+impl GreedySplit {
+    /// The split at `step` from the reference's, the device's and the exact reference's logits
+    /// of that step (same history on all three).
+    fn at(step: usize, reference: &[f32], device: &[f32], exact: &[f32]) -> GreedySplit {
+        let (ta, tb) = (
+            argmax_margin(reference).0 as usize,
+            argmax_margin(device).0 as usize,
+        );
+        GreedySplit {
+            step,
+            tokens: (ta as u32, tb as u32),
+            reference_margin: reference[ta] - reference[tb],
+            device_margin: device[tb] - device[ta],
+            exact_margin: exact[ta] - exact[tb],
+            max_abs_diff: max_abs(reference, device),
+        }
+    }
 }
 
 /// Parity of one model over several prompts.
@@ -270,6 +313,15 @@ pub fn check(
         let forced = &greedy_a[..steps];
         let bf = other.run(prompt, steps, Some(forced))?;
         let (_, noise_rel, ref_greedy) = noise(&mut cpu, prompt, steps, max_seq)?;
+        let split = if greedy_equal < steps {
+            let k = greedy_equal;
+            let (la, lb) = (&a[k], &b[k]);
+            // The exact reference along the same history (k tokens forced).
+            let e = exact.run(prompt, k, Some(&greedy_a[..k]))?;
+            Some(GreedySplit::at(k, la, lb, &e[k]))
+        } else {
+            None
+        };
         let mut mismatches = 0;
         let mut forced_diff = 0f32;
         for (la, lb) in a.iter().zip(&bf) {
@@ -290,6 +342,7 @@ pub fn check(
             reference_noise_rel: noise_rel,
             reference_greedy_equal: ref_greedy,
             reference_exact_rel: exact_rel,
+            split,
         });
     }
     let pass = results.iter().all(|r| {
@@ -484,4 +537,24 @@ pub fn check_ops(model: &Path, device: DeviceKind, ns: &[usize]) -> Result<Vec<O
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GreedySplit;
+
+    /// A near-tie: the reference picks token 2 by 0.01, the device token 1 by 0.02, exact
+    /// arithmetic sides with the device by 0.005; the step's largest difference is on token 1.
+    #[test]
+    fn a_split_reports_both_preferences_and_the_exact_one() {
+        let reference = [0.0, 1.00, 1.01, -1.0];
+        let device = [0.0, 1.03, 1.01, -1.0];
+        let exact = [0.0, 1.010, 1.005, -1.0];
+        let s = GreedySplit::at(5, &reference, &device, &exact);
+        assert_eq!((s.step, s.tokens), (5, (2, 1)));
+        assert!((s.reference_margin - 0.01).abs() < 1e-6, "{s:?}");
+        assert!((s.device_margin - 0.02).abs() < 1e-6, "{s:?}");
+        assert!((s.exact_margin + 0.005).abs() < 1e-6, "{s:?}");
+        assert!((s.max_abs_diff - 0.03).abs() < 1e-6, "{s:?}");
+    }
 }

@@ -159,3 +159,56 @@ fn pdl_decode_step_matches_plain_launches() {
         assert_eq!(be.read_f32(&st.logits).unwrap(), plain, "{label}");
     }
 }
+
+/// A capture that finds no scratch (none allocated yet, as right after another capture took the
+/// backend's) allocates it inside the capture, growing the activation-quantization slot from the
+/// hidden size to the FFN size mid-step. The graph replays like an eager step, and blocks of
+/// every small size class allocated after the capture (where a block freed during the capture
+/// would have been cached) keep their contents across replays: the graph owns what it addresses.
+#[test]
+fn a_capture_without_warm_up_owns_the_scratch_it_allocates() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let mut st = Step::new(&be, MEDIUM, GgmlType::Q4_0, GgmlType::Q6_K, 40);
+    be.synchronize().unwrap();
+    be.begin_capture().unwrap();
+    st.run(&be);
+    let graph = be.end_capture().unwrap();
+    // 256 B to 32 KiB in 256-byte steps: every class the step's small scratch can fall in.
+    let canaries: Vec<_> = (1..=128usize)
+        .map(|i| {
+            let v: Vec<f32> = (0..i * 64).map(|j| (i * 1000 + j) as f32).collect();
+            (be.upload_f32(&v, &[v.len()]).unwrap(), v)
+        })
+        .collect();
+    graph.replay().unwrap();
+    let replayed = be.read_f32(&st.logits).unwrap();
+    assert!(replayed.iter().all(|v| v.is_finite()), "replay not finite");
+    st.run(&be);
+    let eager = be.read_f32(&st.logits).unwrap();
+    assert_eq!(
+        replayed, eager,
+        "graph captured without warm-up differs from eager"
+    );
+    for _ in 0..3 {
+        graph.replay().unwrap();
+    }
+    assert_eq!(
+        be.read_f32(&st.logits).unwrap(),
+        eager,
+        "later replay differs"
+    );
+    for (t, v) in &canaries {
+        assert_eq!(
+            &be.read_f32(t).unwrap(),
+            v,
+            "a {}-byte tensor allocated after the capture was overwritten by a replay",
+            v.len() * 4
+        );
+    }
+}

@@ -12,6 +12,11 @@
 //! caller passes (workspaces, batch metadata, KV cache) must outlive the graph: that is the
 //! caller's contract.
 //!
+//! A capture may also start with no scratch (right after another capture took it) or grow one
+//! mid-step: the pool then allocates inside the capture, and every block freed while capturing
+//! (a scratch slot replaced by a larger one, an op's temporary) is owned by the graph rather than
+//! cached for reuse, since the graph may address it (see the module doc of `memory`).
+//!
 //! Host-side validation that needs device data (u32 tensors the device wrote, such as argmax
 //! output fed back as ids) reads it back, which is not allowed while capturing: feed such tensors
 //! through `write_u32` so their host shadow is known.
@@ -22,7 +27,7 @@
 
 use cudarc::driver::{sys, CudaGraph};
 
-use super::memory::cuda_err;
+use super::memory::{cuda_err, CudaStorage};
 use super::{CudaBackend, Scratch};
 use crate::device::GraphExec;
 use crate::Result;
@@ -32,6 +37,8 @@ pub struct StepGraph {
     graph: CudaGraph,
     /// The scratch buffers the captured ops address, owned by the graph from now on.
     _scratch: Scratch,
+    /// Blocks freed while capturing, which captured ops may address.
+    _freed: Vec<CudaStorage>,
 }
 
 // SAFETY: the graph is only launched on the backend's one stream; cudarc's CudaGraph holds raw
@@ -44,15 +51,19 @@ impl CudaBackend {
         self.invalidate_q8();
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(|e| cuda_err("begin_capture", e))
+            .map_err(|e| cuda_err("begin_capture", e))?;
+        self.pool.begin_capture();
+        Ok(())
     }
 
     /// Stops recording and instantiates the graph.
     pub fn end_capture(&self) -> Result<StepGraph> {
         self.invalidate_q8();
-        let g = self
-            .stream
-            .end_capture(sys::CUgraphInstantiate_flags(0))
+        let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        // Closed whatever the outcome; without a graph nothing captured will run, so the blocks
+        // freed meanwhile go straight back to the cache when `freed` drops.
+        let freed = self.pool.end_capture();
+        let g = ended
             .map_err(|e| cuda_err("end_capture", e))?
             .ok_or_else(|| cuda_err("end_capture", "nothing was captured"))?;
         let scratch = std::mem::take(
@@ -64,6 +75,7 @@ impl CudaBackend {
         Ok(StepGraph {
             graph: g,
             _scratch: scratch,
+            _freed: freed,
         })
     }
 }

@@ -4,6 +4,14 @@
 //! same size class, so a steady-state decode step allocates nothing from the driver (and can be
 //! captured as a CUDA graph). All work runs on one stream per device, so a block handed back to the
 //! pool can be reused at once: every later use is ordered after every earlier one.
+//!
+//! While a stream capture is recording, nothing runs, so that reasoning does not hold: a block
+//! freed during the capture may be addressed by a captured op, and the graph replays those ops
+//! long after. Such blocks are therefore held back from reuse and handed to the graph at the end
+//! of the capture ([`Pool::end_capture`]), which returns them to the pool when it is dropped. A
+//! block the capture needs that the cache cannot supply is allocated from the driver in relaxed
+//! capture mode (a plain `cuMemAlloc` is refused inside a thread-local capture), and the cache
+//! is never released while capturing (that synchronizes the context, which a capture refuses).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,10 +36,87 @@ fn size_class(bytes: usize) -> usize {
     b.div_ceil(step) * step
 }
 
+/// Size-class free lists plus the capture rule of the module doc, without the driver (so the
+/// bookkeeping is testable on any machine). Addresses are plain `u64`s.
+#[derive(Default)]
+struct FreeLists {
+    free: BTreeMap<usize, Vec<u64>>,
+    /// Open captures (a count, so nested or concurrent begin/end pairs balance).
+    capturing: usize,
+    /// Blocks freed while a capture was open: not reusable until that graph is gone.
+    held_for_graph: Vec<(u64, usize)>,
+}
+
+impl FreeLists {
+    /// A cached block of exactly `class` bytes, if any.
+    fn take(&mut self, class: usize) -> Option<u64> {
+        self.free.get_mut(&class).and_then(|v| v.pop())
+    }
+
+    /// Takes a freed block back: cached at once, or held for the graph while capturing.
+    fn give_back(&mut self, ptr: u64, class: usize) {
+        if self.capturing > 0 {
+            self.held_for_graph.push((ptr, class));
+        } else {
+            self.free.entry(class).or_default().push(ptr);
+        }
+    }
+
+    fn begin_capture(&mut self) {
+        self.capturing += 1;
+    }
+
+    /// Closes a capture; the blocks freed during it, for the graph to own.
+    fn end_capture(&mut self) -> Vec<(u64, usize)> {
+        self.capturing = self.capturing.saturating_sub(1);
+        std::mem::take(&mut self.held_for_graph)
+    }
+
+    /// Whether the cache may be freed to the driver now (never while a capture is open).
+    fn may_release(&self) -> bool {
+        self.capturing == 0
+    }
+
+    /// Every cached block, removed from the cache.
+    fn drain(&mut self) -> Vec<(u64, usize)> {
+        std::mem::take(&mut self.free)
+            .into_iter()
+            .flat_map(|(class, ptrs)| ptrs.into_iter().map(move |p| (p, class)))
+            .collect()
+    }
+
+    fn cached_bytes(&self) -> usize {
+        self.free.iter().map(|(k, v)| k * v.len()).sum()
+    }
+}
+
+/// Switches this thread to relaxed stream-capture mode until dropped, so `cuMemAlloc` is allowed
+/// inside a capture (the pattern the driver documents for `cuThreadExchangeStreamCaptureMode`).
+struct RelaxedCapture(sys::CUstreamCaptureMode);
+
+impl RelaxedCapture {
+    fn new() -> Result<RelaxedCapture> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges a thread-local setting through a valid pointer.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .map_err(|e| cuda_err("alloc", e))?;
+        Ok(RelaxedCapture(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut mode = self.0;
+        // SAFETY: as in `new`; restores the mode this thread had.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+}
+
 /// The per-device cache of freed blocks, keyed by size class.
 pub(crate) struct Pool {
     ctx: Arc<CudaContext>,
-    free: Mutex<BTreeMap<usize, Vec<sys::CUdeviceptr>>>,
+    lists: Mutex<FreeLists>,
     /// Bytes allocated from the driver and not yet freed (live blocks plus cached ones).
     held: AtomicUsize,
     /// The highest `held` so far: the allocator's high-water mark.
@@ -43,7 +128,7 @@ impl Pool {
     pub(crate) fn new(ctx: Arc<CudaContext>) -> Arc<Pool> {
         Arc::new(Pool {
             ctx,
-            free: Mutex::new(BTreeMap::new()),
+            lists: Mutex::new(FreeLists::default()),
             held: AtomicUsize::new(0),
             peak_held: AtomicUsize::new(0),
         })
@@ -52,15 +137,13 @@ impl Pool {
     /// A block of at least `bytes` bytes (contents unspecified).
     pub(crate) fn alloc(self: &Arc<Self>, bytes: usize) -> Result<CudaStorage> {
         let class = size_class(bytes);
-        let reused = self
-            .free
-            .lock()
-            .map_err(|_| poisoned())?
-            .get_mut(&class)
-            .and_then(|v| v.pop());
+        let (reused, capturing) = {
+            let mut l = self.lists.lock().map_err(|_| poisoned())?;
+            (l.take(class), !l.may_release())
+        };
         let ptr = match reused {
             Some(p) => p,
-            None => self.fresh(class)?,
+            None => self.fresh(class, capturing)?,
         };
         Ok(CudaStorage {
             ptr,
@@ -70,30 +153,32 @@ impl Pool {
         })
     }
 
-    /// Allocates from the driver; on failure releases the cached blocks and tries once more.
-    fn fresh(&self, class: usize) -> Result<sys::CUdeviceptr> {
+    /// Allocates from the driver; on failure releases the cached blocks and tries once more
+    /// (not while capturing: see the module doc).
+    fn fresh(&self, class: usize, capturing: bool) -> Result<sys::CUdeviceptr> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err("alloc", e))?;
-        let p = match unsafe { dr::malloc_sync(class) } {
-            Ok(p) => p,
-            Err(first) => {
-                // Inside a stream capture both the allocation and the release are refused; say
-                // so, since the capture's own error ("operation not permitted") names neither.
-                if let Err(e) = self.release_cached() {
-                    return Err(KernelError::Cuda {
-                        op: "alloc",
-                        msg: format!(
-                            "{class} bytes: {first}; releasing the cache to retry failed too \
-                             ({e}): an allocation inside a stream capture fails this way, so \
-                             size the buffer before capturing"
-                        ),
-                    });
+        let oom = || KernelError::OutOfMemory {
+            bytes: class,
+            device: format!("cuda:{}", self.ctx.ordinal()),
+        };
+        let p = if capturing {
+            let _relaxed = RelaxedCapture::new()?;
+            unsafe { dr::malloc_sync(class) }.map_err(|e| KernelError::Cuda {
+                op: "alloc",
+                msg: format!(
+                    "{class} bytes inside a stream capture: {e} (the cache cannot be released \
+                     while capturing)"
+                ),
+            })?
+        } else {
+            match unsafe { dr::malloc_sync(class) } {
+                Ok(p) => p,
+                Err(_) => {
+                    self.release_cached()?;
+                    unsafe { dr::malloc_sync(class) }.map_err(|_| oom())?
                 }
-                unsafe { dr::malloc_sync(class) }.map_err(|_| KernelError::OutOfMemory {
-                    bytes: class,
-                    device: format!("cuda:{}", self.ctx.ordinal()),
-                })?
             }
         };
         let held = self.held.fetch_add(class, Ordering::Relaxed) + class;
@@ -111,14 +196,17 @@ impl Pool {
         self.peak_held.load(Ordering::Relaxed)
     }
 
-    /// Frees every cached block back to the driver.
+    /// Frees every cached block back to the driver; refused while a capture is open.
     pub(crate) fn release_cached(&self) -> Result<()> {
-        let blocks: Vec<(sys::CUdeviceptr, usize)> = {
-            let mut free = self.free.lock().map_err(|_| poisoned())?;
-            std::mem::take(&mut *free)
-                .into_iter()
-                .flat_map(|(class, ptrs)| ptrs.into_iter().map(move |p| (p, class)))
-                .collect()
+        let blocks = {
+            let mut l = self.lists.lock().map_err(|_| poisoned())?;
+            if !l.may_release() {
+                return Err(KernelError::Cuda {
+                    op: "release_cached",
+                    msg: "a stream capture is open: cached blocks stay until it ends".into(),
+                });
+            }
+            l.drain()
         };
         self.ctx
             .bind_to_thread()
@@ -136,15 +224,36 @@ impl Pool {
 
     /// Bytes currently held in the cache (for tests and diagnostics).
     pub(crate) fn cached_bytes(&self) -> usize {
-        self.free
-            .lock()
-            .map(|f| f.iter().map(|(k, v)| k * v.len()).sum())
-            .unwrap_or(0)
+        self.lists.lock().map(|l| l.cached_bytes()).unwrap_or(0)
+    }
+
+    /// A stream capture starts: blocks freed from now on are held for its graph.
+    pub(crate) fn begin_capture(&self) {
+        if let Ok(mut l) = self.lists.lock() {
+            l.begin_capture();
+        }
+    }
+
+    /// The capture ended (whether or not a graph came of it): the blocks freed during it, which
+    /// its graph must own (dropping them returns them to the cache).
+    pub(crate) fn end_capture(self: &Arc<Self>) -> Vec<CudaStorage> {
+        let held = match self.lists.lock() {
+            Ok(mut l) => l.end_capture(),
+            Err(_) => Vec::new(),
+        };
+        held.into_iter()
+            .map(|(ptr, bytes)| CudaStorage {
+                ptr,
+                bytes,
+                pool: self.clone(),
+                shadow: None,
+            })
+            .collect()
     }
 
     fn give_back(&self, ptr: sys::CUdeviceptr, class: usize) {
-        if let Ok(mut f) = self.free.lock() {
-            f.entry(class).or_default().push(ptr);
+        if let Ok(mut l) = self.lists.lock() {
+            l.give_back(ptr, class);
         }
     }
 }
@@ -245,7 +354,7 @@ impl CudaWeight {
 
 #[cfg(test)]
 mod tests {
-    use super::size_class;
+    use super::{size_class, FreeLists};
     use crate::{DType, Device, DeviceKind};
 
     /// The driver's free/total and the pool's counters follow a 256 MiB allocation: driver use
@@ -303,5 +412,70 @@ mod tests {
                 "{b} -> {c}"
             );
         }
+    }
+
+    /// The sequence that failed on the H200 (`cuda_graph::pdl_decode_step_matches_plain_launches`,
+    /// first shape): an eager step sizes the scratch (the q8 slot grows, freeing its first block),
+    /// capture 1 moves the scratch into its graph, and capture 2 starts with none. Capture 2 reuses
+    /// a cached block where one fits, must get the attention partials fresh and must not release
+    /// the cache to do so (the old pool did, and the capture refused the synchronize); a block it
+    /// frees while growing the q8 slot is held for its graph, not handed out again, until the
+    /// graph is dropped.
+    #[test]
+    fn a_capture_without_scratch_allocates_and_frees_nothing_the_graph_uses() {
+        let (q8_small, q8_big, attn) = (size_class(300), size_class(600), size_class(2112));
+        let mut l = FreeLists::default();
+        // Eager step: q8 at 0x1000 is replaced by a larger block (0x2000), attention gets 0x3000.
+        assert_eq!(l.take(q8_small), None);
+        l.give_back(0x1000, q8_small);
+        assert!(l.may_release());
+        // Capture 1 finds its scratch sized and frees nothing; its graph takes 0x2000 and 0x3000.
+        l.begin_capture();
+        assert!(l.end_capture().is_empty());
+        // Capture 2: the q8 slot is empty and a cached block fits it.
+        l.begin_capture();
+        assert_eq!(l.take(q8_small), Some(0x1000));
+        assert_eq!(l.take(attn), None, "attention partials must come fresh");
+        assert!(
+            !l.may_release(),
+            "the cache must not be released while capturing"
+        );
+        // The q8 slot grows mid-capture (0x4000 fresh): 0x1000 is freed but captured ops use it.
+        assert_eq!(l.take(q8_big), None);
+        l.give_back(0x1000, q8_small);
+        assert_eq!(
+            l.take(q8_small),
+            None,
+            "a block freed while capturing was reused"
+        );
+        let for_graph = l.end_capture();
+        assert_eq!(for_graph, vec![(0x1000, q8_small)]);
+        assert!(l.may_release());
+        assert_eq!(l.take(q8_small), None, "the graph's block was cached");
+        // Graph 2 dropped: its blocks return to the cache.
+        for (p, c) in for_graph {
+            l.give_back(p, c);
+        }
+        assert_eq!(l.cached_bytes(), q8_small);
+        assert_eq!(l.drain(), vec![(0x1000, q8_small)]);
+        assert_eq!(l.cached_bytes(), 0);
+    }
+
+    /// Begin/end pairs balance: the cache stays unreleasable until the last capture ends, and
+    /// each end hands over what was freed since.
+    #[test]
+    fn captures_balance_and_hand_over_their_frees() {
+        let mut l = FreeLists::default();
+        l.begin_capture();
+        l.begin_capture();
+        l.give_back(0x10, 256);
+        assert_eq!(l.end_capture(), vec![(0x10, 256)]);
+        assert!(!l.may_release());
+        assert!(l.end_capture().is_empty());
+        assert!(l.may_release());
+        // An unmatched end does not underflow into a capture state.
+        assert!(l.end_capture().is_empty());
+        l.give_back(0x20, 512);
+        assert_eq!(l.take(512), Some(0x20));
     }
 }
