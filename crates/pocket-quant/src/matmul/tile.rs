@@ -15,6 +15,7 @@
 use crate::act::BlockQ8;
 use crate::format::QuantFormat;
 use crate::formats::iq4::KVALUES_IQ4NL;
+use crate::simd::avx2::{bits_to_bytes, f16_at, hsum, nibbles};
 use pocket_formats::ggml_type::GgmlType as G;
 use std::arch::x86_64::*;
 
@@ -41,34 +42,6 @@ trait Legacy {
     const C_D: f32 = 0.0;
     /// Offset of an f16 `c` field (formats with a minimum).
     const C_AT: Option<usize> = None;
-}
-
-#[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    let h = std::ptr::read_unaligned(p as *const u16);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
-
-/// 16 bytes of packed nibbles to 32 bytes: low nibbles in lanes 0..16, high nibbles in 16..32.
-#[inline(always)]
-unsafe fn nibbles(p: *const u8) -> __m256i {
-    let t = _mm_loadu_si128(p as *const __m128i);
-    let v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
-}
-
-/// 32 bits to 32 bytes, 0xFF where the bit is set (bit j -> byte j).
-#[inline(always)]
-unsafe fn bits_to_bytes(bits: u32) -> __m256i {
-    let shuf = _mm256_setr_epi64x(
-        0,
-        0x0101_0101_0101_0101,
-        0x0202_0202_0202_0202,
-        0x0303_0303_0303_0303,
-    );
-    let b = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
-    let b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
-    _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1))
 }
 
 struct Q4_0;
@@ -169,14 +142,6 @@ impl Legacy for Iq4Nl {
             0.0,
         )
     }
-}
-
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
 }
 
 /// `out[r][a] = dot(weight row r, activation row a)` over `nb` blocks for the `RW` weight rows at

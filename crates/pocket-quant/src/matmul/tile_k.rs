@@ -10,7 +10,9 @@
 use super::tile::{reduce8, TA};
 use crate::act::BlockQ8K;
 use crate::format::QuantFormat;
-use crate::formats::kquants::{get_scale_min_k4, QK_K};
+use crate::formats::kquants::QK_K;
+use crate::simd::avx2::f16_at;
+use crate::simd::avx2_k::{scale_k4, scales16_k4, scales_mins_k4};
 use pocket_formats::ggml_type::GgmlType as G;
 use std::arch::x86_64::*;
 
@@ -48,12 +50,6 @@ pub(super) fn interleave_k(x: &[BlockQ8K], n: usize, nb: usize, out: &mut Vec<Ti
 }
 
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    let h = std::ptr::read_unaligned(p as *const u16);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
-
-#[inline(always)]
 unsafe fn yload(tb: &TileBlockK, a: usize, off: usize) -> __m256i {
     _mm256_load_si256(tb.qs[a].as_ptr().add(off) as *const __m256i)
 }
@@ -63,29 +59,27 @@ unsafe fn yload(tb: &TileBlockK, a: usize, off: usize) -> __m256i {
 #[inline(always)]
 unsafe fn step_q4_k(b: *const u8, tb: &TileBlockK, acc: &mut __m256, accm: &mut __m256) {
     let m4 = _mm256_set1_epi8(0x0f);
-    let (sc, mn) = get_scale_min_k4(std::slice::from_raw_parts(b.add(4), 12));
+    let sm = scales_mins_k4(b.add(4));
+    let sc = scales16_k4(sm);
     let mut sumi = [_mm256_setzero_si256(); TA];
     for c in 0..4 {
         let q = _mm256_loadu_si256(b.add(16 + 32 * c) as *const __m256i);
         let lo = _mm256_and_si256(q, m4);
         let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        let (s0, s1) = (
-            _mm256_set1_epi16(sc[2 * c] as i16),
-            _mm256_set1_epi16(sc[2 * c + 1] as i16),
-        );
+        let (s0, s1) = (scale_k4(sc, 2 * c), scale_k4(sc, 2 * c + 1));
         for (a, s) in sumi.iter_mut().enumerate() {
             let plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yload(tb, a, 64 * c)), s0);
             let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yload(tb, a, 64 * c + 32)), s1);
             *s = _mm256_add_epi32(*s, _mm256_add_epi32(plo, phi));
         }
     }
-    // mins: sum_j mn[j] * (bsums[2j] + bsums[2j+1]), one vpmaddwd per row
-    let mut m16 = [0i16; 16];
-    for j in 0..8 {
-        m16[2 * j] = mn[j] as i16;
-        m16[2 * j + 1] = mn[j] as i16;
-    }
-    let mv = _mm256_loadu_si256(m16.as_ptr() as *const __m256i);
+    // mins: sum_j mn[j] * (bsums[2j] + bsums[2j+1]), one vpmaddwd per row with each minimum
+    // in both i16 lanes of its pair
+    let mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    let mv = _mm256_set_m128i(
+        _mm_unpackhi_epi16(mins, mins),
+        _mm_unpacklo_epi16(mins, mins),
+    );
     let msum: [__m256i; TA] = std::array::from_fn(|a| {
         _mm256_madd_epi16(
             _mm256_load_si256(tb.bsums[a].as_ptr() as *const __m256i),
@@ -105,8 +99,8 @@ unsafe fn step_q4_k(b: *const u8, tb: &TileBlockK, acc: &mut __m256, accm: &mut 
 unsafe fn step_q6_k(b: *const u8, tb: &TileBlockK, acc: &mut __m256) {
     let m4 = _mm256_set1_epi8(0x0f);
     let m3 = _mm256_set1_epi8(0x03);
-    let sc = b.add(192) as *const i8;
-    let scv = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc as *const __m128i));
+    let sc8 = _mm_loadu_si128(b.add(192) as *const __m128i);
+    let scv = _mm256_cvtepi8_epi16(sc8);
     // 32 * sum_g scale[g] * bsums[g], per row (subtracted before the reduction)
     let mut sumi: [__m256i; TA] = std::array::from_fn(|a| {
         let bs = _mm256_load_si256(tb.bsums[a].as_ptr() as *const __m256i);
@@ -129,10 +123,10 @@ unsafe fn step_q6_k(b: *const u8, tb: &TileBlockK, acc: &mut __m256) {
             let hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s as i32)), m3);
             let q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
             let g = h * 8 + s * 2;
-            let scales = _mm256_set_m128i(
-                _mm_set1_epi16(*sc.add(g + 1) as i16),
-                _mm_set1_epi16(*sc.add(g) as i16),
-            );
+            // scales g, g + 1 of the two 16-element halves: bytes [g x 8, g+1 x 8], widened
+            let g8 = g as i64 * 0x0101_0101_0101_0101;
+            let pick = _mm_set_epi64x(g8 + 0x0101_0101_0101_0101, g8);
+            let scales = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
             for (a, si) in sumi.iter_mut().enumerate() {
                 let p = _mm256_maddubs_epi16(q, yload(tb, a, h * 128 + s * 32));
                 *si = _mm256_add_epi32(*si, _mm256_madd_epi16(p, scales));

@@ -31,7 +31,7 @@ pub(crate) fn kernel(f: QuantFormat) -> Option<Kernel> {
 }
 
 #[inline(always)]
-pub(super) unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -39,14 +39,14 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
 }
 
 #[inline(always)]
-pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
     let h = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
 /// 16 bytes of packed nibbles to 32 bytes: low nibbles in lanes 0..16, high nibbles in 16..32.
 #[inline(always)]
-pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
     let t = _mm_loadu_si128(p as *const __m128i);
     let v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
     _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
@@ -66,7 +66,7 @@ pub(super) unsafe fn dot_i8_i8(a: __m256i, b: __m256i) -> __m256i {
 
 /// 32 bits to 32 bytes, 0xFF where the bit is set (bit j -> byte j).
 #[inline(always)]
-pub(super) unsafe fn bits_to_bytes(bits: u32) -> __m256i {
+pub(crate) unsafe fn bits_to_bytes(bits: u32) -> __m256i {
     let shuf = _mm256_setr_epi64x(
         0,
         0x0101_0101_0101_0101,

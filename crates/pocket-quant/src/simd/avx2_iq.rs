@@ -85,21 +85,23 @@ unsafe fn grid64(e: [u64; 4]) -> __m256i {
     _mm256_setr_epi64x(e[0] as i64, e[1] as i64, e[2] as i64, e[3] as i64)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_iq2_xxs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 66).min(x.len());
+/// The skeleton of the IQ2 / IQ3 dots: per super-block of `BB` bytes (an f16 scale first), the
+/// exact integer sums of its 8 sub-blocks (`sub(block, y, ib)`, i32 lanes) scaled by `d * y.d`
+/// with one FMA; returns the lanes' total.
+#[inline(always)]
+unsafe fn codebook_dot<const BB: usize>(
+    w: &[u8],
+    x: &[BlockQ8K],
+    sub: impl Fn(&[u8], &BlockQ8K, usize) -> __m256i,
+) -> f32 {
+    let nb = (w.len() / BB).min(x.len());
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
-        let b = std::slice::from_raw_parts(w.as_ptr().add(i * 66), 66);
+        let b = std::slice::from_raw_parts(w.as_ptr().add(i * BB), BB);
         let y = &*x.as_ptr().add(i);
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
-            let o = 2 + ib * 8;
-            let aux = u32_at(b, o + 4);
-            let g = grid64([0, 1, 2, 3].map(|l| IQ2XXS_GRID[b[o + l] as usize]));
-            let ys = ksigned_y(y.qs.as_ptr().add(ib * 32), aux);
-            let ls = (2 * (aux >> 28) + 1) as i16;
-            sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, ls, ls));
+            sumi = _mm256_add_epi32(sumi, sub(b, y, ib));
         }
         acc = _mm256_fmadd_ps(
             _mm256_set1_ps(f16_at(b.as_ptr()) * y.d),
@@ -107,46 +109,42 @@ unsafe fn dot_iq2_xxs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
             acc,
         );
     }
-    0.125 * hsum(acc)
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq2_xxs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
+    0.125
+        * codebook_dot::<66>(w, x, |b, y, ib| {
+            let o = 2 + ib * 8;
+            let aux = u32_at(b, o + 4);
+            let g = grid64([0, 1, 2, 3].map(|l| IQ2XXS_GRID[b[o + l] as usize]));
+            let ys = ksigned_y(y.qs.as_ptr().add(ib * 32), aux);
+            let ls = (2 * (aux >> 28) + 1) as i16;
+            scaled_dot(g, ys, ls, ls)
+        })
 }
 safe_wrapper!(dot_iq2_xxs, dot_iq2_xxs_impl, BlockQ8K);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq2_xs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 74).min(x.len());
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..nb {
-        let b = std::slice::from_raw_parts(w.as_ptr().add(i * 74), 74);
-        let y = &*x.as_ptr().add(i);
-        let mut sumi = _mm256_setzero_si256();
-        for ib in 0..8 {
+    0.125
+        * codebook_dot::<74>(w, x, |b, y, ib| {
             let qv = [0, 1, 2, 3].map(|l| u16_at(b, 2 + 2 * (ib * 4 + l)));
             let g = grid64(qv.map(|q| IQ2XS_GRID[(q & 511) as usize]));
             let signs = grid64(qv.map(|q| KSIGNS_PM1[(q >> 9) as usize]));
             let ys = _mm256_sign_epi8(load(y.qs.as_ptr().add(ib * 32)), signs);
             let sc = b[66 + ib];
             let (l0, l1) = (2 * (sc & 0xf) as i16 + 1, 2 * (sc >> 4) as i16 + 1);
-            sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, l0, l1));
-        }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(f16_at(b.as_ptr()) * y.d),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
-    }
-    0.125 * hsum(acc)
+            scaled_dot(g, ys, l0, l1)
+        })
 }
 safe_wrapper!(dot_iq2_xs, dot_iq2_xs_impl, BlockQ8K);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq2_s_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 82).min(x.len());
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..nb {
-        let b = std::slice::from_raw_parts(w.as_ptr().add(i * 82), 82);
-        let y = &*x.as_ptr().add(i);
-        let mut sumi = _mm256_setzero_si256();
-        for ib in 0..8 {
+    0.125
+        * codebook_dot::<82>(w, x, |b, y, ib| {
             let qh = b[66 + ib] as usize;
             let g = grid64(
                 [0, 1, 2, 3]
@@ -155,15 +153,8 @@ unsafe fn dot_iq2_s_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
             let ys = signed_y(y.qs.as_ptr().add(ib * 32), u32_at(b, 34 + ib * 4));
             let sc = b[74 + ib];
             let (l0, l1) = (2 * (sc & 0xf) as i16 + 1, 2 * (sc >> 4) as i16 + 1);
-            sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, l0, l1));
-        }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(f16_at(b.as_ptr()) * y.d),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
-    }
-    0.125 * hsum(acc)
+            scaled_dot(g, ys, l0, l1)
+        })
 }
 safe_wrapper!(dot_iq2_s, dot_iq2_s_impl, BlockQ8K);
 
@@ -183,55 +174,28 @@ unsafe fn grid32(e: [u32; 8]) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq3_xxs_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 98).min(x.len());
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..nb {
-        let b = std::slice::from_raw_parts(w.as_ptr().add(i * 98), 98);
-        let y = &*x.as_ptr().add(i);
-        let mut sumi = _mm256_setzero_si256();
-        for ib in 0..8 {
-            let aux = u32_at(b, 66 + 4 * ib);
-            let g =
-                grid32([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3XXS_GRID[b[2 + ib * 8 + k] as usize]));
-            let ys = ksigned_y(y.qs.as_ptr().add(ib * 32), aux);
-            let ls = (2 * (aux >> 28) + 1) as i16;
-            sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, ls, ls));
-        }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(f16_at(b.as_ptr()) * y.d),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
-    }
-    0.25 * hsum(acc)
+    0.25 * codebook_dot::<98>(w, x, |b, y, ib| {
+        let aux = u32_at(b, 66 + 4 * ib);
+        let g = grid32([0, 1, 2, 3, 4, 5, 6, 7].map(|k| IQ3XXS_GRID[b[2 + ib * 8 + k] as usize]));
+        let ys = ksigned_y(y.qs.as_ptr().add(ib * 32), aux);
+        let ls = (2 * (aux >> 28) + 1) as i16;
+        scaled_dot(g, ys, ls, ls)
+    })
 }
 safe_wrapper!(dot_iq3_xxs, dot_iq3_xxs_impl, BlockQ8K);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq3_s_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 110).min(x.len());
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..nb {
-        let b = std::slice::from_raw_parts(w.as_ptr().add(i * 110), 110);
-        let y = &*x.as_ptr().add(i);
-        let mut sumi = _mm256_setzero_si256();
-        for ib in 0..8 {
-            let qh = b[66 + ib] as usize;
-            let g = grid32(
-                [0, 1, 2, 3, 4, 5, 6, 7]
-                    .map(|k| IQ3S_GRID[b[2 + ib * 8 + k] as usize | (((qh >> k) & 1) << 8)]),
-            );
-            let ys = signed_y(y.qs.as_ptr().add(ib * 32), u32_at(b, 74 + ib * 4));
-            let ls = 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf) as i16 + 1;
-            sumi = _mm256_add_epi32(sumi, scaled_dot(g, ys, ls, ls));
-        }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(f16_at(b.as_ptr()) * y.d),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
+    codebook_dot::<110>(w, x, |b, y, ib| {
+        let qh = b[66 + ib] as usize;
+        let g = grid32(
+            [0, 1, 2, 3, 4, 5, 6, 7]
+                .map(|k| IQ3S_GRID[b[2 + ib * 8 + k] as usize | (((qh >> k) & 1) << 8)]),
         );
-    }
-    hsum(acc)
+        let ys = signed_y(y.qs.as_ptr().add(ib * 32), u32_at(b, 74 + ib * 4));
+        let ls = 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf) as i16 + 1;
+        scaled_dot(g, ys, ls, ls)
+    })
 }
 safe_wrapper!(dot_iq3_s, dot_iq3_s_impl, BlockQ8K);
 

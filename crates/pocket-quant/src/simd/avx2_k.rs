@@ -132,7 +132,7 @@ unsafe fn prefetch_ahead<const BYTES: usize>(b: *const u8) {
 /// sub-block scales, then the 8 6-bit minimums (what `kquants::get_scale_min_k4` returns), by
 /// word-wide masks instead of per-byte work.
 #[inline(always)]
-unsafe fn scales_mins_k4(p: *const u8) -> __m128i {
+pub(crate) unsafe fn scales_mins_k4(p: *const u8) -> __m128i {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
     const LOW2: u32 = 0x0303_0303;
@@ -163,14 +163,14 @@ unsafe fn min_sum_k4(sm: __m128i, y: &BlockQ8K) -> i32 {
 
 /// Sub-block scale `j` (0..8) of the i16 scales in both halves of `sc`, in all 16 lanes.
 #[inline(always)]
-unsafe fn scale_k4(sc: __m256i, j: usize) -> __m256i {
+pub(crate) unsafe fn scale_k4(sc: __m256i, j: usize) -> __m256i {
     let pick = (2 * j) as i16 | (((2 * j + 1) as i16) << 8);
     _mm256_shuffle_epi8(sc, _mm256_set1_epi16(pick))
 }
 
 /// The 8 sub-block scales in bytes 0..8 of `sm` as i16, in both 128-bit halves.
 #[inline(always)]
-unsafe fn scales16_k4(sm: __m128i) -> __m256i {
+pub(crate) unsafe fn scales16_k4(sm: __m128i) -> __m256i {
     _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm))
 }
 

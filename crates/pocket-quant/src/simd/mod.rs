@@ -21,7 +21,7 @@ mod avx2_fp;
 #[cfg(target_arch = "x86_64")]
 mod avx2_iq;
 #[cfg(target_arch = "x86_64")]
-mod avx2_k;
+pub(crate) mod avx2_k;
 
 /// Whether the AVX2 path can run here (AVX2, FMA and F16C).
 #[cfg(target_arch = "x86_64")]
