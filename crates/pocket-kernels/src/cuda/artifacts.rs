@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "d1afa4ae76f87adccd5b4f16a12152ea77912249ac0208a5cc033ed91372a319";
+    "30e947fa7047a1328b22318b929c604296c19064e93d8afa955c3c6040133241";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -12,6 +12,8 @@ pub enum ModuleId {
     Argmax,
     /// `kernels/attention.cu`.
     Attention,
+    /// `kernels/attention_prefill.cu`.
+    AttentionPrefill,
     /// `kernels/deltanet.cu`.
     Deltanet,
     /// `kernels/elementwise.cu`.
@@ -35,6 +37,7 @@ impl ModuleId {
     pub const ALL: &'static [ModuleId] = &[
         ModuleId::Argmax,
         ModuleId::Attention,
+        ModuleId::AttentionPrefill,
         ModuleId::Deltanet,
         ModuleId::Elementwise,
         ModuleId::Gemv,
@@ -50,6 +53,7 @@ impl ModuleId {
         match self {
             ModuleId::Argmax => "argmax",
             ModuleId::Attention => "attention",
+            ModuleId::AttentionPrefill => "attention_prefill",
             ModuleId::Deltanet => "deltanet",
             ModuleId::Elementwise => "elementwise",
             ModuleId::Gemv => "gemv",
@@ -66,6 +70,7 @@ impl ModuleId {
         match self {
             ModuleId::Argmax => include_str!("../../ptx/argmax.ptx"),
             ModuleId::Attention => include_str!("../../ptx/attention.ptx"),
+            ModuleId::AttentionPrefill => include_str!("../../ptx/attention_prefill.ptx"),
             ModuleId::Deltanet => include_str!("../../ptx/deltanet.ptx"),
             ModuleId::Elementwise => include_str!("../../ptx/elementwise.ptx"),
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
@@ -82,6 +87,7 @@ impl ModuleId {
         match self {
             ModuleId::Argmax => include_bytes!("../../ptx/argmax.sm90.cubin"),
             ModuleId::Attention => include_bytes!("../../ptx/attention.sm90.cubin"),
+            ModuleId::AttentionPrefill => include_bytes!("../../ptx/attention_prefill.sm90.cubin"),
             ModuleId::Deltanet => include_bytes!("../../ptx/deltanet.sm90.cubin"),
             ModuleId::Elementwise => include_bytes!("../../ptx/elementwise.sm90.cubin"),
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),

@@ -287,6 +287,14 @@ pub(crate) fn attention(
         && group <= 8
         && dims_ok
         && (kc_ptr | vc_ptr | q_ptr) % 16 == 0;
+    // Prefill (many new rows in a sequence): the tiled kernel, unless it declines the batch.
+    if !decode {
+        let ptrs = [q_ptr, kc_ptr, vc_ptr, be.ptr_of(OP, "out", out, DType::F32)?];
+        let (mb, w) = (max_blocks, window);
+        if super::attn_prefill::launch_if_wanted(be, OP, ct, ptrs, meta, p, qs, bs, mb, w)? {
+            return Ok(());
+        }
+    }
     let splits = match (decode, mode) {
         (true, DecodeKernel::Current) => {
             choose_decode_splits(be.sm_count, s * p.num_kv_heads, keys, group > 4)

@@ -217,6 +217,8 @@ pub enum Kernel {
     AttnDecode(CacheType, bool),
     /// The previous decode attention kernel (`POCKET_ATTN=dec1`, for same-run comparison).
     AttnDecodeV1(CacheType, bool),
+    /// Tiled flash-attention prefill (`kernels/attention_prefill.cu`) for a head size.
+    AttnPrefill(CacheType, super::attn_prefill::PrefillDim),
     Embed(DevFormat),
     DequantF16(DevFormat),
     GemvF(DevFormat, Rows),
@@ -359,6 +361,7 @@ impl Kernel {
                     (CacheType::BF16, true) => "attn_dec1_bf16_g8",
                 },
             ),
+            Kernel::AttnPrefill(c, d) => (M::AttentionPrefill, super::attn_prefill::symbol(c, d)),
             Kernel::Embed(f) => (M::Elementwise, fmt_table!(f, "embed_", "")),
             Kernel::DequantF16(f) => (M::Elementwise, fmt_table!(f, "dequant_f16_", "")),
             Kernel::GemvF(f, Rows::One) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n1")),
@@ -424,6 +427,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Sample, "sample_rows"),
     // attn_<cache>, attn_dec_*, attn_dec1_* and attn_combine.
     (ModuleId::Attention, "attn_*"),
+    (ModuleId::AttentionPrefill, "attn_prefill_*"),
     // gemv_q8r_* and gemv_q8r64_*.
     (ModuleId::Gemv, "gemv_q8r*"),
     (ModuleId::Gemv, "gemv_h_*"),

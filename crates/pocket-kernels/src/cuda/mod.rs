@@ -22,6 +22,7 @@ macro_rules! args {
 
 pub mod artifacts;
 mod attn;
+pub mod attn_prefill;
 mod backend_impl;
 mod cublas;
 pub mod graph;

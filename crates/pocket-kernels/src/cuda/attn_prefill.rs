@@ -1,0 +1,207 @@
+//! Tiled flash-attention prefill launcher (kernels/attention_prefill.cu). `attn::attention` sends
+//! a batch here when some sequence brings many new rows; the batch was validated there. The row
+//! kernel (`attn_<cache>`) stays for short chunks, other head sizes, GPUs without the shared memory
+//! and `POCKET_ATTN_PREFILL=rows`.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cudarc::driver::sys::CUfunction_attribute;
+
+use super::kernels::{CacheType, Kernel};
+use super::CudaBackend;
+use crate::error::shape_err;
+use crate::{AttentionMeta, AttentionParams, DType, Result};
+
+/// Kernel argument block of `attn_prefill_*` (mirrors `PrefillArgs` in the .cu file).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PrefillArgs {
+    q: u64,
+    k_cache: u64,
+    v_cache: u64,
+    query_start: u64,
+    seq_lens: u64,
+    block_tables: u64,
+    out: u64,
+    heads: i32,
+    kv_heads: i32,
+    block_size: i32,
+    max_blocks: i32,
+    window: i32,
+    scale: f32,
+    softcap: f32,
+}
+
+/// Head sizes the tiled kernel is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum PrefillDim {
+    D64,
+    D128,
+    D256,
+}
+
+impl PrefillDim {
+    /// The compiled head size for `hd`, if any.
+    pub fn of(hd: usize) -> Option<PrefillDim> {
+        match hd {
+            64 => Some(PrefillDim::D64),
+            128 => Some(PrefillDim::D128),
+            256 => Some(PrefillDim::D256),
+            _ => None,
+        }
+    }
+
+    /// (query rows per block, keys per tile): `APF_CFG_<D>` in the .cu file (16 * TR, 8 * TK).
+    fn tile(self) -> (usize, usize) {
+        match self {
+            PrefillDim::D64 | PrefillDim::D128 => (32, 64),
+            PrefillDim::D256 => (32, 32),
+        }
+    }
+
+    fn hd(self) -> usize {
+        match self {
+            PrefillDim::D64 => 64,
+            PrefillDim::D128 => 128,
+            PrefillDim::D256 => 256,
+        }
+    }
+
+    /// Dynamic shared memory of one block (`ApfShape::FLOATS` in the .cu file), in bytes.
+    fn smem_bytes(self) -> usize {
+        let (bm, bn) = self.tile();
+        let d = self.hd();
+        (bm * (d + 4) + bn * (d + 4) + bn * d + bn * (bm + 4)) * 4
+    }
+}
+
+/// The `extern "C"` symbol of the tiled kernel for a cache type and head size.
+pub(crate) fn symbol(c: CacheType, d: PrefillDim) -> &'static str {
+    use CacheType as C;
+    use PrefillDim as P;
+    match (c, d) {
+        (C::F32, P::D64) => "attn_prefill_f32_d64",
+        (C::F32, P::D128) => "attn_prefill_f32_d128",
+        (C::F32, P::D256) => "attn_prefill_f32_d256",
+        (C::F16, P::D64) => "attn_prefill_f16_d64",
+        (C::F16, P::D128) => "attn_prefill_f16_d128",
+        (C::F16, P::D256) => "attn_prefill_f16_d256",
+        (C::BF16, P::D64) => "attn_prefill_bf16_d64",
+        (C::BF16, P::D128) => "attn_prefill_bf16_d128",
+        (C::BF16, P::D256) => "attn_prefill_bf16_d256",
+    }
+}
+
+/// Which kernel serves non-decode attention batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// The tiled kernel whenever the head size and alignment allow (any rows per sequence).
+    Tiled,
+    /// The row-per-block kernel (`attn_<cache>`), as before the tiled kernel existed.
+    Rows,
+}
+
+/// Fewest new rows in some sequence of the batch for the tiled kernel to take it by default:
+/// below that a tile of 32 rows is mostly GQA heads of a few positions and the row kernel's one
+/// block per (row, head) spreads better.
+pub const MIN_ROWS: usize = 16;
+
+/// 0: none, 1: tiled, 2: rows.
+static FORCED: AtomicU8 = AtomicU8::new(0);
+
+/// Forces the prefill kernel for this process (`None`: back to `POCKET_ATTN_PREFILL` and the
+/// [`MIN_ROWS`] rule), so a test or benchmark can compare both kernels in one run.
+pub fn force_prefill_kernel(k: Option<PrefillKernel>) {
+    let v = match k {
+        None => 0,
+        Some(PrefillKernel::Tiled) => 1,
+        Some(PrefillKernel::Rows) => 2,
+    };
+    FORCED.store(v, Ordering::Relaxed);
+}
+
+/// The choice forced by [`force_prefill_kernel`], else by `POCKET_ATTN_PREFILL=tiled|rows`.
+fn chosen() -> Option<PrefillKernel> {
+    static ENV: std::sync::OnceLock<Option<PrefillKernel>> = std::sync::OnceLock::new();
+    match FORCED.load(Ordering::Relaxed) {
+        1 => Some(PrefillKernel::Tiled),
+        2 => Some(PrefillKernel::Rows),
+        _ => *ENV.get_or_init(|| match std::env::var("POCKET_ATTN_PREFILL").as_deref() {
+            Ok("tiled") => Some(PrefillKernel::Tiled),
+            Ok("rows") => Some(PrefillKernel::Rows),
+            _ => None,
+        }),
+    }
+}
+
+/// Launches the tiled kernel for a validated non-decode batch when it should serve it; `Ok(false)`
+/// leaves the batch to the row kernel (head size, alignment, few rows, `rows` forced, or a GPU
+/// without the shared memory). `ptrs` are q, k cache, v cache and out; `qs` the host copy of
+/// `query_start` (num_seqs + 1 entries).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_if_wanted(
+    be: &CudaBackend,
+    op: &'static str,
+    ct: CacheType,
+    ptrs: [u64; 4],
+    meta: &AttentionMeta,
+    p: &AttentionParams,
+    qs: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+    window: i32,
+) -> Result<bool> {
+    let Some(dim) = PrefillDim::of(p.head_dim) else {
+        return Ok(false);
+    };
+    let most_rows = qs.windows(2).map(|w| (w[1] - w[0]) as usize).max();
+    let wanted = match chosen() {
+        Some(PrefillKernel::Tiled) => true,
+        Some(PrefillKernel::Rows) => false,
+        None => most_rows.unwrap_or(0) >= MIN_ROWS,
+    };
+    if !wanted || ptrs.iter().any(|&a| a % 16 != 0) || p.num_kv_heads == 0 {
+        return Ok(false);
+    }
+    let k = Kernel::AttnPrefill(ct, dim);
+    let smem = dim.smem_bytes();
+    let f = be.kernels.get(k)?;
+    let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    if f.set_attribute(attr, smem as i32).is_err() {
+        return Ok(false); // this GPU has less shared memory per block
+    }
+    let group = p.num_heads / p.num_kv_heads;
+    let (bm, _) = dim.tile();
+    let tiles = (most_rows.unwrap_or(0) * group).div_ceil(bm);
+    let seqs = qs.len() - 1;
+    let [q, k_cache, v_cache, out] = ptrs;
+    let args = PrefillArgs {
+        q,
+        k_cache,
+        v_cache,
+        query_start: be.ptr_of(op, "query_start", &meta.query_start, DType::U32)?,
+        seq_lens: be.ptr_of(op, "seq_lens", &meta.seq_lens, DType::U32)?,
+        block_tables: be.ptr_of(op, "block_tables", &meta.block_tables, DType::U32)?,
+        out,
+        heads: p.num_heads as i32,
+        kv_heads: p.num_kv_heads as i32,
+        block_size: block_size as i32,
+        max_blocks: max_blocks as i32,
+        window,
+        scale: p.scale,
+        softcap: p.softcap.unwrap_or(0.0),
+    };
+    if tiles > i32::MAX as usize || seqs > 65535 {
+        return Err(shape_err(op, format!("{tiles} tiles x {seqs} sequences")));
+    }
+    be.launch_smem(
+        op,
+        k,
+        (tiles as u32, p.num_kv_heads as u32, seqs as u32),
+        128,
+        smem as u32,
+        args![args],
+    )?;
+    Ok(true)
+}
