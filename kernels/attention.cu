@@ -35,6 +35,16 @@ struct AttnArgs {
     // (read on the device), so a graph captured with a large split count stays cheap at short
     // contexts; attn_combine recomputes the same count.
     int min_keys;
+    // Decode kernel: query heads per block (0: the whole GQA group). With h > 0 the grid's y is
+    // kv_heads * ceil(G / h) and each block serves h heads of its KV head (see attn_dec_hd).
+    int heads_per_block;
+    // Decode: where xq is non-null, whichever kernel writes `out` (the decode kernel with one
+    // split, else attn_combine) also writes its Q8 quantization (common.cuh's Q8 rule: quants
+    // [rows, heads * head_dim], scale and scaled sum per 32), so the output projection launches
+    // no quantize kernel. Only for rows whose GEMV needs no Q8K (heads * head_dim % 256 != 0).
+    int8_t* xq;
+    float* xd;
+    float* xs;
 };
 
 // Splits the decode kernel really uses for `nkeys` keys: one per `min_keys` keys, at most `splits`.
@@ -157,9 +167,29 @@ DEF_ATTN(bf16, __nv_bfloat16)
 // dec_seq_lens != null: the partials come from the decode kernel (row = sequence), which used
 // dec_splits(...) of the splits; when that is 1 its block already wrote `out` and this returns.
 #define ATC_MAX_SPLITS 256
+
+// Q8 quantization of one 32-element block held one element per lane (lane i: element i), with
+// quant_lane<false>'s operations (common.cuh), so the block equals quantize_q8's bit for bit:
+// quants at q[0..32), scale and scaled sum at *d and *s. The whole warp must call it.
+DEVI void quant32_warp(float v, int8_t* q, float* d, float* s) {
+    int lane = threadIdx.x & 31;
+    float am = warp_max(fmaxf(0.f, fabsf(v)));
+    float dd = __fdiv_rn(am, 127.f);
+    float id = __fdiv_rn(1.f, dd);
+    if (isinf(id)) id = 0.f;
+    int qi = (int)(int8_t)min(max(sat_round_i32(__fmul_rn(v, id)), -128), 127);
+    q[lane] = (int8_t)qi;
+    float sum = warp_sum((float)qi);  // |sum| <= 4096: exact in f32
+    if (lane == 0) {
+        *d = dd;
+        *s = __fmul_rn(dd, sum);
+    }
+}
+
 extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                         float* __restrict__ out, int heads, int head_dim, int splits,
-                                        const uint32_t* __restrict__ dec_seq_lens, int window, int min_keys) {
+                                        const uint32_t* __restrict__ dec_seq_lens, int window, int min_keys,
+                                        int8_t* xq, float* xd, float* xs) {
     pdl_wait();
     pdl_trigger();
     __shared__ float sw[ATC_MAX_SPLITS];
@@ -205,7 +235,13 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, cons
             o3 += acc[(size_t)(k + 3) * head_dim + d] * sw[k + 3];
         }
         for (; k < n; k++) o0 += acc[(size_t)k * head_dim + d] * sw[k];
-        out[rh * head_dim + d] = L > 0.f ? ((o0 + o1) + (o2 + o3)) / L : 0.f;
+        float v = L > 0.f ? ((o0 + o1) + (o2 + o3)) / L : 0.f;
+        out[rh * head_dim + d] = v;
+        // xq only with head_dim a multiple of 32 (the decode heads): whole warps reach here.
+        if (xq != nullptr) {
+            size_t e = rh * head_dim + (d & ~31);
+            quant32_warp(v, xq + e, xd + e / 32, xs + e / 32);
+        }
     }
 }
 
@@ -274,26 +310,38 @@ template <typename T, int GM> struct AtdUnroll {
 // merge weights [KG][GM] (KG * GM <= 128), and per head the merged max and sum.
 #define ATD_SMEM_FLOATS(GM) (8 * ATD_THREADS * (GM) + 3 * ATD_THREADS + 2 * 8)
 
+// The query heads of block y: Gb heads from h0 of KV head kvh's G (all G with heads_per_block 0).
+// Fewer heads per block shorten each thread's dependent chain (the G x U scores, exps and
+// accumulators of an iteration, the merge) at the price of re-reading the K/V rows per block
+// (from L2); the host asks for it at short contexts, where the chain is the kernel's time.
+struct AtdHeads {
+    int G, kvh, h0, Gb;
+};
+DEVI AtdHeads atd_heads(const AttnArgs& a) {
+    int G = a.heads / a.kv_heads;
+    int hpb = a.heads_per_block > 0 ? min(a.heads_per_block, G) : G;
+    int nhb = (G + hpb - 1) / hpb;
+    int hb = (int)blockIdx.y % nhb;
+    return AtdHeads{G, (int)blockIdx.y / nhb, hb * hpb, min(hpb, G - hb * hpb)};
+}
+
 template <typename T, int GM, int HD>
 __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
     constexpr int TPK = HD / 8, KG = ATD_THREADS / TPK, U = AtdUnroll<T, GM>::U;
-    int s = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+    AtdHeads hs = atd_heads(a);
+    int s = blockIdx.x, kvh = hs.kvh, split = blockIdx.z;
     int tid = threadIdx.x;
-    int G = a.heads / a.kv_heads;
+    int G = hs.Gb;                                                    // this block's heads
+    size_t hbase = (size_t)s * a.heads + (size_t)kvh * hs.G + hs.h0;  // its first (row, head)
     int grp = tid / TPK, dl = tid % TPK;
-    int pos = (int)a.seq_lens[s] - 1;
-    int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-    int nkeys = pos - k_lo + 1;
-    int nsplit = dec_splits(nkeys, a.splits, a.min_keys);
-    if (split >= nsplit) return;  // the whole block: no barrier is skipped by part of it
-    int per = (nkeys + nsplit - 1) / nsplit;
-    int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
 
+    // q is loaded before the sequence length arrives (the two loads are independent), so the
+    // block waits for one global round trip here rather than two.
     float q[GM][8], acc[GM][8], m[GM], l[GM];
 #pragma unroll
     for (int g = 0; g < GM; g++) {
         if (g < G) {
-            const float4* qp = (const float4*)(a.q + ((size_t)s * a.heads + kvh * G + g) * HD + 8 * dl);
+            const float4* qp = (const float4*)(a.q + (hbase + g) * HD + 8 * dl);
             float4 x = qp[0], y = qp[1];
             q[g][0] = x.x; q[g][1] = x.y; q[g][2] = x.z; q[g][3] = x.w;
             q[g][4] = y.x; q[g][5] = y.y; q[g][6] = y.z; q[g][7] = y.w;
@@ -306,6 +354,13 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
         m[g] = -INFINITY;
         l[g] = 0.f;
     }
+    int pos = (int)a.seq_lens[s] - 1;
+    int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    int nkeys = pos - k_lo + 1;
+    int nsplit = dec_splits(nkeys, a.splits, a.min_keys);
+    if (split >= nsplit) return;  // the whole block: no barrier is skipped by part of it
+    int per = (nkeys + nsplit - 1) / nsplit;
+    int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
     const T* kc = (const T*)a.k_cache;
     const T* vc = (const T*)a.v_cache;
     const uint32_t* bt = a.block_tables + (size_t)s * a.max_blocks;
@@ -425,9 +480,15 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
 #pragma unroll
         for (int k = 0; k < KG; k++) o += sacc[(k * GM + g) * HD + d] * sw[k * GM + g];
         float L = sL[g];
-        size_t rh = (size_t)s * a.heads + kvh * G + g;
+        size_t rh = hbase + g;
         if (nsplit == 1) {
-            a.out[rh * HD + d] = L > 0.f ? o / L : 0.f;
+            float v = L > 0.f ? o / L : 0.f;
+            a.out[rh * HD + d] = v;
+            // A warp covers 32 consecutive dims of one head (HD and G * HD multiples of 32).
+            if (a.xq != nullptr) {
+                size_t e = rh * HD + (d & ~31);
+                quant32_warp(v, a.xq + e, a.xd + e / 32, a.xs + e / 32);
+            }
         } else {
             a.part_acc[(rh * a.splits + split) * HD + d] = o;
             if (d == 0) {
@@ -454,7 +515,12 @@ template <typename T, int GM>
 __device__ void attn_decode(const AttnArgs& a) {
     __shared__ float4 smem4[(ATD_SMEM_FLOATS(GM) + 3) / 4];
     float* smem = (float*)smem4;
-    if (GM > 4 && a.heads / a.kv_heads <= 6) {
+    int gb = atd_heads(a).Gb;  // block-uniform
+    if (gb == 1) {
+        attn_dec_g<T, 1>(a, smem);
+    } else if (gb == 2) {
+        attn_dec_g<T, 2>(a, smem);
+    } else if (GM > 4 && gb <= 6) {
         attn_dec_g<T, (GM > 4 ? 6 : GM)>(a, smem);
     } else {
         attn_dec_g<T, GM>(a, smem);

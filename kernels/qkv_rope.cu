@@ -42,10 +42,26 @@ __device__ void qkv_rope_kv_write(const QkvRopeArgs& a) {
     pdl_trigger();
     int hp = a.head_dim / 2, units = a.heads + 2 * a.kv_heads;
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (size_t)a.n * units * hp) return;
-    int j = (int)(t % hp);
-    size_t tu = t / hp;
-    int u = (int)(tu % units), tok = (int)(tu / units);
+    size_t total = (size_t)a.n * units * hp;
+    if (t >= total) return;
+    // 32-bit index arithmetic wherever the launch fits (always in decode): a 64-bit division by
+    // a runtime value is a long subroutine in front of every load of the thread.
+    int j, u, tok;
+    if (total <= 0xffffffffu) {
+        uint32_t t32 = (uint32_t)t, tu = t32 / (uint32_t)hp;
+        j = (int)(t32 - tu * (uint32_t)hp);
+        tok = (int)(tu / (uint32_t)units);
+        u = (int)(tu - (uint32_t)tok * (uint32_t)units);
+    } else {
+        j = (int)(t % hp);
+        size_t tu = t / hp;
+        u = (int)(tu % units), tok = (int)(tu / units);
+    }
+    // The position (rotated units) and the cache slot (K/V units) are issued with the source
+    // loads rather than after them, so a thread waits for two dependent round trips (these, then
+    // the cos/sin table) instead of three.
+    uint32_t p = u < a.heads + a.kv_heads ? a.pos[tok] : 0u;
+    uint32_t slot = u >= a.heads ? a.slots[tok] : 0u;
     const float *src, *bias;
     int head;
     if (u < a.heads) {
@@ -79,7 +95,6 @@ __device__ void qkv_rope_kv_write(const QkvRopeArgs& a) {
         x1 = __fadd_rn(x1, bias[eb]);
     }
     if (rotate) {
-        uint32_t p = a.pos[tok];
         if (p < (uint32_t)a.max_pos) {  // validated on the host; rope skips such tokens too
             float c = a.cos_t[(size_t)p * half + j], s = a.sin_t[(size_t)p * half + j];
             // The rope kernel's expressions with explicit round-to-nearest intrinsics (no FMA
@@ -96,7 +111,7 @@ __device__ void qkv_rope_kv_write(const QkvRopeArgs& a) {
         o[ea] = x0;
         o[eb] = x1;
     } else {
-        size_t row = (size_t)a.slots[tok] * a.kv_heads * a.head_dim + (size_t)head * a.head_dim;
+        size_t row = (size_t)slot * a.kv_heads * a.head_dim + (size_t)head * a.head_dim;
         T* c = (T*)(is_v ? a.v_cache : a.k_cache) + row;
         c[ea] = cache_from_f32<T>(x0);
         c[eb] = cache_from_f32<T>(x1);

@@ -56,8 +56,10 @@ extern "C" __global__ void silu_mul_halves_q8(const float* __restrict__ x, float
     size_t e = (size_t)c * 256, b = (size_t)c * 8;
     float v[8];
     if (valid) {
-        size_t el = e + 8 * lane, r = el / d, col = el % d;
-        const float* g = x + r * 2 * d + col;
+        // 32-bit row/column split (rows * d <= 8 * d fits an int): a 64-bit division is a long
+        // subroutine on the path to every load of the kernel.
+        int el = c * 256 + 8 * lane, r = el / d, col = el - r * d;
+        const float* g = x + (size_t)r * 2 * d + col;
         float4 g0 = ((const float4*)g)[0], g1 = ((const float4*)g)[1];
         float4 u0 = ((const float4*)(g + d))[0], u1 = ((const float4*)(g + d))[1];
         float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};

@@ -484,7 +484,7 @@ fn bench_small_decode_kernels() {
         ));
         println!("{}", lines.last().unwrap());
     }
-    for d in [896usize, 4864, 14336, 17408] {
+    for d in [1536usize, 896, 4864, 14336, 17408] {
         let x = be.upload_f32(&ramp(2 * d, 3.0), &[1, 2 * d]).unwrap();
         let mut h = be.alloc(DType::F32, &[1, d]).unwrap();
         let t = time_ms(&be, 50, 500, |_| {
@@ -514,6 +514,85 @@ fn bench_small_decode_kernels() {
         println!("{}", lines.last().unwrap());
     }
     println!("\n==== summary: small decode kernels ({label}) ====");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
+/// Decode attention at short contexts (1 to 256 keys, the graph's smallest context bucket of
+/// 256 as the split bound), one block per KV head serving the whole GQA group (`old`,
+/// `set_attn_heads_per_block(0)`, as `POCKET_ATTN_HEADS=0`) against one or two query heads per
+/// block (`h1`, the default, and `h2`), alternating per shape. Shapes of the session-4 profile:
+/// SmolLM2-135M (9/3 heads, head_dim 64), Qwen2.5-0.5B (14/2, 64), Llama-3-8B (32/8, 128) and
+/// Qwen3.5-27B (24/4, 256); f32 caches as the profiled runs. Back-to-back launches, so each
+/// figure is at least the launch interval.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_attention_decode_head_split() {
+    use pocket_kernels::{AttentionMeta, AttentionParams};
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let bs = 16usize;
+    let bucket = 256usize;
+    let mut lines = Vec::new();
+    for (name, heads, kvh, hd) in [
+        ("SmolLM2-135M", 9usize, 3usize, 64usize),
+        ("Qwen2.5-0.5B", 14, 2, 64),
+        ("8B", 32, 8, 128),
+        ("Qwen3.5-27B", 24, 4, 256),
+    ] {
+        let nblocks = bucket / bs;
+        let kc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
+        let vc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
+        let tables: Vec<u32> = (0..nblocks as u32).collect();
+        let p = AttentionParams {
+            num_heads: heads,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            sliding_window: None,
+            softcap: None,
+        };
+        let q = be
+            .upload_f32(&vec![0.01; heads * hd], &[1, heads, hd])
+            .unwrap();
+        let mut out = be.alloc(DType::F32, &[1, heads, hd]).unwrap();
+        for ctx in [1usize, 5, 16, 64, 256] {
+            let meta = AttentionMeta {
+                query_start: be.upload_u32(&[0, 1], &[2]).unwrap(),
+                seq_lens: be.upload_u32(&[ctx as u32], &[1]).unwrap(),
+                block_tables: be.upload_u32(&tables, &[1, nblocks]).unwrap(),
+                slot_mapping: be.upload_u32(&[0], &[1]).unwrap(),
+                num_seqs: 1,
+                max_seq_len: bucket,
+            };
+            let mut us = [0.0f64; 3];
+            for round in 0..2 {
+                for (i, h) in [0usize, 1, 2].into_iter().enumerate() {
+                    be.set_attn_heads_per_block(h);
+                    let t = 1e3
+                        * time_ms(&be, 3, 100, |_| {
+                            be.attention(&q, &kc, &vc, &meta, &p, &mut out).unwrap()
+                        });
+                    // The better of two rounds, so clock drift hits all three alike.
+                    us[i] = if round == 0 { t } else { us[i].min(t) };
+                }
+            }
+            let line = format!(
+                "attn heads/block {name:12} {heads:2}/{kvh} hd {hd:3} ctx {ctx:3} (bound {bucket}): old {:6.2} us  h1 {:6.2} us  h2 {:6.2} us",
+                us[0], us[1], us[2]
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    be.set_attn_heads_per_block(1);
+    println!("\n==== summary: decode attention heads per block ====");
     for l in lines {
         println!("{l}");
     }

@@ -2,7 +2,8 @@
 //! pick (kernels/norm.cu, split.cu, greedy.cuh) at the model sizes they run at: norm outputs
 //! against an f64 reference, their int8 blocks bit-identical to pocket-quant's quantization of
 //! the very floats the kernel wrote, and greedy ids equal to a host scan (lowest index on ties,
-//! NaN never wins) with log-probabilities against an f64 log-sum-exp. Skipped without a GPU.
+//! NaN never wins) with log-probabilities against an f64 log-sum-exp; decode attention with the
+//! query heads of a group spread over blocks and its fused Q8 output. Skipped without a GPU.
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::CudaBackend;
@@ -154,6 +155,149 @@ fn silu_mul_halves_matches_the_split_path_and_quantizes_exactly() {
             assert_eq!(hv, be.read_f32(&s).unwrap(), "fused vs split d={d} n={n}");
         }
     }
+}
+
+/// Decode attention over f32 caches with random contents: the f64 reference of sequence `s`,
+/// query head `h` (lengths `lens`, block tables `tables` of `mb` blocks of `bs`).
+#[allow(clippy::too_many_arguments)]
+fn attn_reference(
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    tables: &[u32],
+    (heads, kvh, hd): (usize, usize, usize),
+    (bs, mb): (usize, usize),
+    lens: &[usize],
+    s: usize,
+    h: usize,
+) -> Vec<f64> {
+    let g = heads / kvh;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let at = |j: usize| (tables[s * mb + j / bs] as usize * bs + j % bs) * kvh * hd + (h / g) * hd;
+    let qr = &q[(s * heads + h) * hd..(s * heads + h + 1) * hd];
+    let sc: Vec<f64> = (0..lens[s])
+        .map(|j| {
+            let k = &kc[at(j)..at(j) + hd];
+            qr.iter()
+                .zip(k)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+                * scale
+        })
+        .collect();
+    let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = sc.iter().map(|v| (v - m).exp()).collect();
+    let l: f64 = w.iter().sum();
+    (0..hd)
+        .map(|i| {
+            (0..lens[s])
+                .map(|j| w[j] * vc[at(j) + i] as f64)
+                .sum::<f64>()
+                / l
+        })
+        .collect()
+}
+
+/// Decode attention with a GQA group's query heads spread over blocks (1 or 2 heads per block,
+/// `set_attn_heads_per_block`; 1 is the default up to 256-key bounds) equals the whole-group
+/// launch (0) bit for bit and an f64 reference, and the Q8 quantization that the kernel writing
+/// `out` (the decode kernel with one split, else attn_combine) leaves for the output projection
+/// is pocket-quant's quantization of those floats, bit for bit. The q8 scratch is filled with
+/// another tensor's quantization first, so a block the kernels failed to write would show.
+/// Shapes: SmolLM2-135M (9/3, head_dim 64), Qwen2.5-0.5B (14/2, 64), groups of 5 and 7 at 128
+/// (rows not a multiple of 256: the fused Q8 applies); one and three sequences, contexts from
+/// 1 key to several splits, split bounds exact and a 256-key graph bucket.
+#[test]
+fn decode_attention_head_split_and_fused_q8() {
+    use pocket_kernels::{AttentionMeta, AttentionParams};
+    let Some(be) = gpu() else { return };
+    let mut rng = Rng::new(10);
+    let bs = 16usize;
+    for (heads, kvh, hd) in [
+        (9usize, 3usize, 64usize),
+        (14, 2, 64),
+        (5, 1, 128),
+        (7, 1, 128),
+    ] {
+        for lens in [vec![1usize], vec![5], vec![40], vec![200], vec![3, 70, 17]] {
+            let n = lens.len();
+            let mb = 256 / bs;
+            let nblocks = n * mb;
+            // Blocks in reverse order, so the tables matter.
+            let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
+            let cache_len = nblocks * bs * kvh * hd;
+            let (kv, vv) = (rng.vec(cache_len, 1.0), rng.vec(cache_len, 1.0));
+            let qv = rng.vec(n * heads * hd, 2.0);
+            let kc = be.upload_f32(&kv, &[nblocks, bs, kvh, hd]).unwrap();
+            let vc = be.upload_f32(&vv, &[nblocks, bs, kvh, hd]).unwrap();
+            let q = be.upload_f32(&qv, &[n, heads, hd]).unwrap();
+            let p = AttentionParams {
+                num_heads: heads,
+                num_kv_heads: kvh,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                sliding_window: None,
+                softcap: None,
+            };
+            let row = heads * hd;
+            let qs: Vec<u32> = (0..=n as u32).collect();
+            let sl: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
+            let max_len = *lens.iter().max().unwrap();
+            for bound in [max_len, 256] {
+                let meta = AttentionMeta {
+                    query_start: be.upload_u32(&qs, &[n + 1]).unwrap(),
+                    seq_lens: be.upload_u32(&sl, &[n]).unwrap(),
+                    block_tables: be.upload_u32(&tables, &[n, mb]).unwrap(),
+                    slot_mapping: be.upload_u32(&vec![0; n], &[n]).unwrap(),
+                    num_seqs: n,
+                    max_seq_len: bound,
+                };
+                let mut first: Option<Vec<f32>> = None;
+                for hpb in [0usize, 1, 2] {
+                    let what = format!(
+                        "{heads}/{kvh} hd {hd} lens {lens:?} bound {bound} heads/block {hpb}"
+                    );
+                    let z = be.upload_f32(&rng.vec(n * row, 3.0), &[n, row]).unwrap();
+                    be.quantized_activation(&z, false).unwrap();
+                    be.set_attn_heads_per_block(hpb);
+                    let mut out = be.alloc(DType::F32, &[n, row]).unwrap();
+                    be.attention(&q, &kc, &vc, &meta, &p, &mut out).unwrap();
+                    let ov = be.read_f32(&out).unwrap();
+                    for s in 0..n {
+                        for h in 0..heads {
+                            let want = attn_reference(
+                                &qv,
+                                &kv,
+                                &vv,
+                                &tables,
+                                (heads, kvh, hd),
+                                (bs, mb),
+                                &lens,
+                                s,
+                                h,
+                            );
+                            for (i, w) in want.iter().enumerate() {
+                                let got = ov[(s * heads + h) * hd + i] as f64;
+                                assert!(
+                                    (got - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+                                    "{what}: seq {s} head {h} dim {i}: {got} vs {w}"
+                                );
+                            }
+                        }
+                    }
+                    check_quant(&be, &out, &ov, row, &format!("attention q8 {what}"));
+                    match &first {
+                        None => first = Some(ov),
+                        Some(f) => assert!(
+                            f.iter().zip(&ov).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{what}: differs from the whole-group launch"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    be.set_attn_heads_per_block(1);
 }
 
 /// The host's greedy pick: largest value, lowest index on ties, NaN never wins (0 if none).

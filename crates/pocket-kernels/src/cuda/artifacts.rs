@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "30e947fa7047a1328b22318b929c604296c19064e93d8afa955c3c6040133241";
+    "17c1cd1d5c57d2846e467dd53f2ac7ae8a87ecf0842435e889e9d6d93e128a87";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

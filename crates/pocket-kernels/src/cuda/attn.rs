@@ -30,6 +30,10 @@ struct AttnArgs {
     scale: f32,
     softcap: f32,
     min_keys: i32,
+    heads_per_block: i32,
+    xq: u64,
+    xd: u64,
+    xs: u64,
 }
 
 /// Longest head the kernel holds in registers (8 values per lane).
@@ -136,6 +140,58 @@ fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize, big_group:
     (per_sm * sm_count as usize / blocks.max(1))
         .min(max_len.div_ceil(DECODE_MIN_KEYS))
         .clamp(1, DECODE_MAX_SPLITS)
+}
+
+/// Longest context bound (keys) at which the decode kernel spreads a GQA group's query heads over
+/// several blocks: there the kernel's time is each thread's dependent chain, which grows with the
+/// heads a block serves, and re-reading the few K/V rows once per block costs only L2 traffic.
+const HEAD_SPLIT_MAX_KEYS: usize = 256;
+
+/// 0: not read yet; otherwise 1 + the heads per block (`POCKET_ATTN_HEADS`, or the setter).
+static ATTN_HEADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Query heads per decode block at short contexts: `POCKET_ATTN_HEADS` (default 1; 0 serves the
+/// whole group from one block per KV head, the previous launch, kept for A/B), or
+/// [`CudaBackend::set_attn_heads_per_block`].
+fn short_heads_per_block() -> usize {
+    use std::sync::atomic::Ordering::Relaxed;
+    match ATTN_HEADS.load(Relaxed) {
+        0 => {
+            let h = std::env::var("POCKET_ATTN_HEADS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(1);
+            ATTN_HEADS.store(h + 1, Relaxed);
+            h
+        }
+        v => v - 1,
+    }
+}
+
+impl CudaBackend {
+    /// Query heads per block of the decode attention kernel for context bounds up to 256 keys:
+    /// 0 the whole GQA group (the previous launch), n > 0 at most n (the default is 1). As
+    /// `POCKET_ATTN_HEADS`; process-wide, for A/B benchmarks and tests.
+    pub fn set_attn_heads_per_block(&self, heads: usize) {
+        ATTN_HEADS.store(heads + 1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether decode attention writes its output's Q8 quantization for the output projection
+/// (`POCKET_ATTN_Q8=0` turns it off: the GEMV quantizes in its own launch, as before).
+fn fused_q8_output() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("POCKET_ATTN_Q8").map_or(true, |v| v != "0"))
+}
+
+/// Heads per decode block (0 or >= group: the whole group) and blocks per KV head for a group of
+/// `group` query heads under a context bound of `keys`.
+fn decode_head_split(group: usize, keys: usize) -> (usize, usize) {
+    let h = short_heads_per_block();
+    if keys > HEAD_SPLIT_MAX_KEYS || h == 0 || h >= group {
+        return (0, 1);
+    }
+    (h, group.div_ceil(h))
 }
 
 /// The previous decode kernel's split rule (about four blocks per SM, at least 64 keys each).
@@ -287,22 +343,32 @@ pub(crate) fn attention(
         && group <= 8
         && dims_ok
         && (kc_ptr | vc_ptr | q_ptr) % 16 == 0;
-    // Prefill (many new rows in a sequence): the tiled kernel, unless it declines the batch.
-    if !decode {
-        let ptrs = [q_ptr, kc_ptr, vc_ptr, be.ptr_of(OP, "out", out, DType::F32)?];
-        let (mb, w) = (max_blocks, window);
-        if super::attn_prefill::launch_if_wanted(be, OP, ct, ptrs, meta, p, qs, bs, mb, w)? {
-            return Ok(());
-        }
-    }
+    // Current decode kernel: heads per block (0: the whole group) and blocks per KV head.
+    let (hpb, nhb) = if decode && mode == DecodeKernel::Current {
+        decode_head_split(group, keys)
+    } else {
+        (0, 1)
+    };
+    let big_group = if hpb > 0 { hpb > 4 } else { group > 4 };
     let splits = match (decode, mode) {
         (true, DecodeKernel::Current) => {
-            choose_decode_splits(be.sm_count, s * p.num_kv_heads, keys, group > 4)
+            choose_decode_splits(be.sm_count, s * p.num_kv_heads * nhb, keys, big_group)
         }
         (true, _) => choose_decode_splits_v1(be.sm_count, s * p.num_kv_heads, keys),
         (false, _) => choose_splits(be.sm_count, n, p.num_heads, keys),
     };
 
+    // Decode rows whose output projection needs only Q8 activations (no Q8K: the row is not a
+    // multiple of 256): the kernel that writes `out` also quantizes it (AttnArgs::xq), recorded
+    // in the q8 cache as the decode norms' outputs are, so the GEMV skips its quantize launch.
+    let fuse_q8 = decode && mode == DecodeKernel::Current && !row.is_multiple_of(256);
+    let q8 = if fuse_q8 && fused_q8_output() {
+        let op_ptr = be.ptr_of(OP, "out", out, DType::F32)?;
+        super::ops::norm_q8_scratch(be, OP, op_ptr, n, row)?
+    } else {
+        None
+    };
+    let (xq, xd, xs) = q8.map_or((0, 0, 0), |b| b.q8);
     let mut scratch = be
         .scratch
         .lock()
@@ -336,23 +402,28 @@ pub(crate) fn attention(
         scale: p.scale,
         softcap: p.softcap.unwrap_or(0.0),
         min_keys: DECODE_MIN_KEYS as i32,
+        heads_per_block: hpb as i32,
+        xq,
+        xd,
+        xs,
     };
     let out_ptr = args.out;
     // Only the current decode kernel may leave the combine nothing to do (see DECODE_MIN_KEYS).
     let current = decode && mode == DecodeKernel::Current;
     if decode {
         let kernel = if current {
-            Kernel::AttnDecode(ct, group > 4)
+            Kernel::AttnDecode(ct, big_group)
         } else {
             Kernel::AttnDecodeV1(ct, group > 4)
         };
         be.launch(
             OP,
             kernel,
-            (s as u32, p.num_kv_heads as u32, splits as u32),
+            (s as u32, (p.num_kv_heads * nhb) as u32, splits as u32),
             128,
             args![args],
-        )?;
+        )
+        .inspect_err(|_| be.invalidate_q8())?;
     } else {
         be.launch(
             OP,
@@ -377,9 +448,13 @@ pub(crate) fn attention(
                 splits as i32,
                 if current { args.seq_lens } else { 0u64 },
                 window,
-                DECODE_MIN_KEYS as i32
+                DECODE_MIN_KEYS as i32,
+                xq,
+                xd,
+                xs
             ],
-        )?;
+        )
+        .inspect_err(|_| be.invalidate_q8())?;
     }
     Ok(())
 }
