@@ -343,6 +343,19 @@ pub(crate) fn attention(
         && group <= 8
         && dims_ok
         && (kc_ptr | vc_ptr | q_ptr) % 16 == 0;
+    // Prefill (many new rows in a sequence): the tiled kernel, unless it declines the batch.
+    if !decode {
+        let ptrs = [
+            q_ptr,
+            kc_ptr,
+            vc_ptr,
+            be.ptr_of(OP, "out", out, DType::F32)?,
+        ];
+        let (mb, w) = (max_blocks, window);
+        if super::attn_prefill::launch_if_wanted(be, OP, ct, ptrs, meta, p, qs, bs, mb, w)? {
+            return Ok(());
+        }
+    }
     // Current decode kernel: heads per block (0: the whole group) and blocks per KV head.
     let (hpb, nhb) = if decode && mode == DecodeKernel::Current {
         decode_head_split(group, keys)
