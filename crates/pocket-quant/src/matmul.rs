@@ -107,15 +107,19 @@ fn run_row_ranges(
     } else {
         1
     };
-    // Decode (n = 1) reuses no activation tile across rows, so L2-sized ranges only add range
-    // starts (a 151936-row output matrix made ~1500 of them, each a claim on the shared counter
-    // and a prefetch burst): a few ranges per thread instead, in whole 8-row GEMV groups.
-    let per = if n == 1 {
-        if threads == 1 {
-            rows
-        } else {
-            rows.div_ceil(threads * 8).max(32).div_ceil(8) * 8
+    if n == 1 && threads > 1 && rows > 4 {
+        // Decode (n = 1) reuses no activation tile across rows, so L2-sized ranges only add
+        // range starts (each a claim on the shared counter and a prefetch burst): guided ranges
+        // instead, in whole 8-row GEMV groups.
+        let bounds = guided_bounds(rows, threads, 8, 32);
+        let chunk = |c: usize| range(bounds[c], bounds[c + 1]);
+        if !pool::run(bounds.len() - 1, threads, &chunk) {
+            (0..bounds.len() - 1).into_par_iter().for_each(chunk);
         }
+        return;
+    }
+    let per = if n == 1 {
+        rows
     } else {
         task_rows(rows, rb, threads, 96 << 10)
     };
@@ -123,9 +127,29 @@ fn run_row_ranges(
     let chunks = rows.div_ceil(per);
     if threads == 1 || rows <= 4 {
         (0..chunks).for_each(chunk);
-    } else if n > 1 || !pool::run(chunks, threads, &chunk) {
+    } else {
         (0..chunks).into_par_iter().for_each(chunk);
     }
+}
+
+/// Row boundaries (`0 = b[0] < b[1] < .. = rows`) of a decode GEMV's chunks for `threads`
+/// threads that claim them in order: each chunk is a `1 / (2 * threads)` share of the rows not
+/// yet handed out, in whole `align`-row groups and at least `min` rows ("guided" scheduling).
+/// Why: the threads end within one small chunk of each other, where equal chunks (16 for two
+/// threads) left one thread waiting up to a whole chunk (on the 151936-row output matrix, ~9500
+/// rows) at the end of every GEMV; large first chunks keep the claims and range starts few.
+#[cfg(target_arch = "x86_64")]
+fn guided_bounds(rows: usize, threads: usize, align: usize, min: usize) -> Vec<usize> {
+    let mut b = Vec::with_capacity(48);
+    b.push(0);
+    let mut at = 0;
+    while at < rows {
+        let left = rows - at;
+        let take = (left / (2 * threads)).max(min).div_ceil(align) * align;
+        at = (at + take).min(rows);
+        b.push(at);
+    }
+    b
 }
 
 /// The register-blocked prefill path for Q4_K / Q6_K (see `tile_k`); `None` for decode-sized
@@ -386,12 +410,12 @@ fn multiply(
     // Decode: the helper pool (see `pool`), each task writing its own rows of `y` (n = 1).
     #[cfg(target_arch = "x86_64")]
     if parallel && rows > 8 && n == 1 && threads > 1 {
-        let per = rows.div_ceil(threads * 4).max(4);
+        let bounds = guided_bounds(rows, threads, 1, 4);
         let out = OutPtr(yt.as_mut_ptr());
         let task = |c: usize| {
             let o = out;
             let mut tmp = Vec::new();
-            for r in c * per..((c + 1) * per).min(rows) {
+            for r in bounds[c]..bounds[c + 1] {
                 // SAFETY: `yt` holds `rows` floats (n = 1) and tasks own disjoint rows.
                 row(
                     r,
@@ -400,7 +424,7 @@ fn multiply(
                 );
             }
         };
-        if pool::run(rows.div_ceil(per), threads, &task) {
+        if pool::run(bounds.len() - 1, threads, &task) {
             return;
         }
     }
@@ -425,6 +449,35 @@ fn multiply(
         for r in 0..rows {
             for j in 0..n {
                 y[j * rows + r] = yt_store[r * n + j];
+            }
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::guided_bounds;
+
+    /// Guided chunks cover `0..rows` in order, each a whole number of `align` groups (but the
+    /// last) and at least `min` rows (but the last), shrinking toward the end.
+    #[test]
+    fn guided_bounds_cover_rows_in_aligned_shrinking_chunks() {
+        for rows in [1usize, 5, 31, 32, 33, 128, 896, 4864, 151_936] {
+            for threads in [2usize, 3, 8] {
+                for (align, min) in [(8, 32), (1, 4)] {
+                    let b = guided_bounds(rows, threads, align, min);
+                    assert_eq!((b[0], *b.last().unwrap()), (0, rows), "{rows} {threads}");
+                    let sizes: Vec<usize> = b.windows(2).map(|w| w[1] - w[0]).collect();
+                    let (last, body) = sizes.split_last().unwrap();
+                    assert!(*last > 0);
+                    for (i, s) in body.iter().enumerate() {
+                        assert!(s % align == 0 && *s >= min, "{rows} {threads}: {sizes:?}");
+                        assert!(i == 0 || *s <= body[i - 1], "{rows} {threads}: {sizes:?}");
+                    }
+                    if rows >= 4 * threads * min {
+                        assert!(sizes[0] >= rows / (2 * threads) && sizes.len() <= 20 * threads);
+                    }
+                }
             }
         }
     }

@@ -116,3 +116,33 @@ fn companion_scale_formats_multiply_like_their_dequantization() {
         check(&m, &x, 2, &y);
     }
 }
+
+/// Decode GEMV (n = 1) across threads equals the single-thread result bit for bit: the guided
+/// row chunks start on whole 8-row GEMV groups, so every row takes the same kernel path (shapes
+/// of many chunks: the 32-element tiled path, the K-quant row path, a ragged row count).
+#[test]
+fn parallel_decode_gemv_equals_serial() {
+    let mut seed = 7u64;
+    for (t, rows, cols) in [
+        (GgmlType::Q5_0, 1203usize, 256usize),
+        (GgmlType::Q8_0, 4099, 64),
+        (GgmlType::Q4_K, 517, 512),
+        (GgmlType::Q6_K, 333, 256),
+    ] {
+        let f = QuantFormat::Ggml(t);
+        let src: Vec<f32> = (0..rows * cols).map(|_| lcg(&mut seed)).collect();
+        let q = quantize_matrix(f, rows, cols, &src).unwrap();
+        let x: Vec<f32> = (0..cols).map(|_| lcg(&mut seed)).collect();
+        let (mut ys, mut yp) = (vec![0.0f32; rows], vec![f32::NAN; rows]);
+        let level = pocket_quant::simd_level();
+        matmul_with(&q.view(), &x, 1, &mut ys, level, false).unwrap();
+        for _ in 0..20 {
+            matmul_with(&q.view(), &x, 1, &mut yp, level, true).unwrap();
+            assert_eq!(
+                ys.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                yp.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{t:?} {rows}x{cols}"
+            );
+        }
+    }
+}
