@@ -2,22 +2,14 @@
 // f32 scale per tensor (applied to the result) or f32 scales per 128x128 tile
 // (`weight_scale_inv`, [ceil(rows/128), ceil(cols/128)], value = fp8 * scale).
 //
-//  * gemv_fp8_<e4m3|e5m2>_<t|b>_n1: decode GEMV for one activation row (f32 activation and
-//    accumulation). One warp per 4 weight rows (each x load serves all 4); each lane reads 16
-//    weight bytes per row in one 16-byte load, so a warp covers 512 columns per step, and two
-//    steps' loads issue before any arithmetic (4 x 2 x 16 = 128 bytes in flight per lane: decode
-//    is bound by HBM latency x bytes in flight). A 16-byte chunk never straddles a 128-column
-//    tile, so a lane applies one tile scale to its 16-element partial dot.
-//    Launch: block 128 (4 warps = 16 rows), grid ceil(rows / 16).
-//  * gemv_fp8_<e4m3|e5m2>_<t|b>_n1k<2|4>: the one-row default. 2 or 4 weight rows per 128-thread
-//    block with the columns split over the whole block (not over one warp), so a 5120-row matrix
-//    is 2560 or 1280 blocks (the n1 kernel's 320 blocks, 2.4 per SM, left the SMs with too few
-//    bytes in flight and unevenly loaded). Each pass, a thread issues all its loads (up to
-//    FP8K_U chunks of 16 bytes per row) before any arithmetic; weights bypass L1
-//    (ld.global.nc.L1::no_allocate) so the activation row, which every block on an SM reads,
-//    stays there. Warp sums meet in shared memory and one thread per row adds them in a fixed
-//    order (deterministic). Weight loads of the first pass issue before pdl_wait().
-//    Launch: block FP8K_THREADS, grid ceil(rows / R).
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8|n1k2|n1k4>: decode GEMV for one activation row (f32
+//    activation and accumulation), all one template (gemv_fp8_row1, below) that differs in the
+//    row group: n1 = one warp per 4 rows (16 rows per 128-thread block), n1w8 = one warp per 8
+//    rows (32 per block), n1k2 / n1k4 = the whole 128-thread block per 2 / 4 rows (the columns
+//    split over 4 warps, for matrices with few rows: a 5120-row matrix is 1280 blocks of n1k4
+//    against 320 of n1). The host picks one per shape (matmul_fp8.rs). Launch: block 128, grid
+//    ceil(rows / rows per block).
+//    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
 //  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's
 //    activations go through shared memory 512 columns at a time (all rows of x, f32), so each
 //    weight byte is loaded and decoded once and used for every activation row, and x is read
@@ -32,24 +24,27 @@
 //
 // All need cols % 16 == 0 (16-byte aligned rows); the upload refuses other widths.
 //
-// Decoding is a bit trick, no table: the 7 magnitude bits of an E4M3 code placed at the top of
-// an f32's exponent/mantissa fields (exponent 0000eeee, mantissa mmm0...) are the same number
-// with exponent bias 127 instead of 7, so one multiply by 2^120 fixes the bias; subnormal codes
-// land on f32 subnormals and the multiply makes them exact normals (no flush: these files build
-// without -ftz). E5M2 is the same with exponent 000eeeee and 2^112. The bits are assembled four
-// codes at a time: one word of sign|high-exponent bytes and one of low-exponent|mantissa bytes
-// (two shifts and masks for 4 codes), then one byte_perm per 2 codes makes the top halves of two
-// f32s (a bf16 pair), unpacked with one shift or mask each: about 3 integer ops per code instead
-// of 6 (at one FMA per weight, the decode's issue slots were the GEMV's limit next to HBM).
-// The one code this maps wrongly is E4M3's NaN (0x7f/0xff -> ±480) and E5M2's inf/NaN
-// (-> finite): checkpoints hold no such weights.
+// Decoding (exact: every E4M3 and E5M2 value is an f16, and every f16 an f32), about 1.5
+// instructions per code before the FMA:
+//  * E4M3 on sm_89+ (the sm_90 cubin): `cvt.rn.f16x2.e4m3x2`, one instruction per 2 codes, then
+//    one f16 -> f32 conversion per code.
+//  * E5M2 everywhere: a code is the top byte of the f16 of the same value, so one byte_perm per
+//    2 codes makes an f16 pair, then one conversion per code.
+//  * E4M3 in the compute_75 PTX (and the `_bits` kernels): a bit trick, no table: the 7
+//    magnitude bits placed at the top of an f32's exponent/mantissa fields (exponent 0000eeee,
+//    mantissa mmm0...) are the same number with exponent bias 127 instead of 7, so one multiply
+//    by 2^120 fixes the bias; subnormal codes land on f32 subnormals and the multiply makes them
+//    exact normals (no flush: these files build without -ftz). The bits are assembled four codes
+//    at a time (two shifts and masks for 4 codes, one byte_perm per 2 codes making a bf16 pair,
+//    one shift or mask each to unpack): about 3.5 instructions per code with the multiply, which
+//    made the one-row GEMV issue-bound next to HBM on the H200 (53-72% of the copy bandwidth).
+//    It maps E4M3's NaN (0x7f/0xff) to ±480 and E5M2's inf/NaN to finite values, the f16 paths
+//    keep them non-finite: checkpoints hold no such weights.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "common.cuh"
 
-#define FP8_N1_WARPS 4
-#define FP8_N1_ROWS 4
 #define FP8_NB_WARPS 4
 #define FP8_NB_ROWS 4
 // Floats per 16-column group of the shared activation tile: 16 plus 4 of padding, so the 8 lanes
@@ -77,94 +72,51 @@ __device__ __forceinline__ void decode4_raw(uint32_t v, float* f) {
     f[3] = __uint_as_float(p23 & 0xffff0000u);
 }
 
-// 16 codes -> their exact values (times `mul`, which the caller keeps exact: a power of two).
-template <int E5M2>
-__device__ __forceinline__ void decode16(uint4 q, float* f) {
+
+// Two f16 packed in a word (element 0 low) -> f32, exactly.
+__device__ __forceinline__ void h2x2_f32(uint32_t h, float* f) {
+    f[0] = __half2float(__ushort_as_half((unsigned short)(h & 0xffffu)));
+    f[1] = __half2float(__ushort_as_half((unsigned short)(h >> 16)));
+}
+
+// Four codes of `v` (byte k = code k) -> their exact values f[0..4). DEC 1: through f16 (see the
+// top of the file); DEC 0: the bit trick.
+template <int E5M2, int DEC>
+__device__ __forceinline__ void decode4(uint32_t v, float* f) {
+    if (DEC == 1 && E5M2) {
+        // byte_perm picks [0, b0, 0, b1] and [0, b2, 0, b3] (low byte first): f16 pairs.
+        h2x2_f32(__byte_perm(v, 0u, 0x1404), f);
+        h2x2_f32(__byte_perm(v, 0u, 0x3424), f + 2);
+        return;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if (DEC == 1) {
+        uint32_t h01, h23;
+        asm("{.reg .b16 lo, hi;\n\t"
+            "mov.b32 {lo, hi}, %2;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %0, lo;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %1, hi;}"
+            : "=r"(h01), "=r"(h23)
+            : "r"(v));
+        h2x2_f32(h01, f);
+        h2x2_f32(h23, f + 2);
+        return;
+    }
+#endif
     const float bias = E5M2 ? 0x1p112f : 0x1p120f;
-    decode4_raw<E5M2>(q.x, f);
-    decode4_raw<E5M2>(q.y, f + 4);
-    decode4_raw<E5M2>(q.z, f + 8);
-    decode4_raw<E5M2>(q.w, f + 12);
+    decode4_raw<E5M2>(v, f);
 #pragma unroll
-    for (int k = 0; k < 16; k++) f[k] *= bias;
+    for (int k = 0; k < 4; k++) f[k] *= bias;
 }
 
-template <int E5M2, bool TILED>
-__device__ __forceinline__ void gemv_fp8_n1(const uint8_t* __restrict__ w,
-                                            const float* __restrict__ sc, float tscale,
-                                            const float* __restrict__ x, float* __restrict__ out,
-                                            int rows, int cols) {
-    constexpr int R = FP8_N1_ROWS;
-    const int lane = threadIdx.x & 31;
-    const int row0 = (blockIdx.x * FP8_N1_WARPS + (threadIdx.x >> 5)) * R;
-    if (row0 >= rows) return;
-    const int nch = cols >> 4;
-    const int tcols = (cols + 127) >> 7;
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.f;
-    const uint4* wr[R];
-    const float* sr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        // A missing last row re-reads the previous one (never written): no per-load guard.
-        const int row = min(row0 + r, rows - 1);
-        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
-        sr[r] = TILED ? sc + (size_t)(row >> 7) * tcols : nullptr;
-    }
-    constexpr int U = 2;
-    for (int c0 = lane; c0 < nch; c0 += 32 * U) {
-        uint4 q[U][R];
-        float s[U][R];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = min(c0 + 32 * u, nch - 1);  // past the end: re-read, contribution dropped
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                q[u][r] = __ldg(wr[r] + c);
-                s[u][r] = TILED ? __ldg(sr[r] + (c >> 3)) : 1.f;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + 32 * u;
-            if (c >= nch) break;
-            const float4* xp = reinterpret_cast<const float4*>(x) + c * 4;
-            float xv[16];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float4 t = __ldg(xp + i);
-                xv[4 * i] = t.x;
-                xv[4 * i + 1] = t.y;
-                xv[4 * i + 2] = t.z;
-                xv[4 * i + 3] = t.w;
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float wf[16];
-                decode16<E5M2>(q[u][r], wf);
-                float d = 0.f;
-#pragma unroll
-                for (int k = 0; k < 16; k++) d = fmaf(wf[k], xv[k], d);
-                acc[r] = TILED ? fmaf(d, s[u][r], acc[r]) : acc[r] + d;
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (row0 + r >= rows) break;
-            out[row0 + r] = TILED ? acc[r] : acc[r] * tscale;
-        }
-    }
+// 16 codes -> their exact values.
+template <int E5M2, int DEC = 1>
+__device__ __forceinline__ void decode16(uint4 q, float* f) {
+    decode4<E5M2, DEC>(q.x, f);
+    decode4<E5M2, DEC>(q.y, f + 4);
+    decode4<E5M2, DEC>(q.z, f + 8);
+    decode4<E5M2, DEC>(q.w, f + 12);
 }
-
-#define FP8K_THREADS 128
-#define FP8K_U 4
 
 // 16 bytes of a weight row, read-only and not kept in L1 (streamed once per launch).
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {
@@ -175,90 +127,129 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
     return v;
 }
 
-template <int E5M2, bool TILED, int R>
-__device__ __forceinline__ void gemv_fp8_n1k(const uint8_t* __restrict__ w,
-                                             const float* __restrict__ sc, float tscale,
-                                             const float* __restrict__ x, float* __restrict__ out,
-                                             int rows, int cols) {
-    constexpr int T = FP8K_THREADS, U = FP8K_U;
-    __shared__ float part[T / 32][R];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row0 = blockIdx.x * R;
+// x[16c .. 16c + 16) (through L1: every row group of the SM reads the same activation row).
+__device__ __forceinline__ void load_x16(const float* __restrict__ x, int c, float* xv) {
+    const float4* xp = reinterpret_cast<const float4*>(x) + c * 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 t = __ldg(xp + i);
+        xv[4 * i] = t.x;
+        xv[4 * i + 1] = t.y;
+        xv[4 * i + 2] = t.z;
+        xv[4 * i + 3] = t.w;
+    }
+}
+
+// Σ code value x xv over one 16-byte chunk, in column order (f32).
+template <int E5M2, int DEC>
+__device__ __forceinline__ float dot16(uint4 q, const float* xv) {
+    float wf[16];
+    decode16<E5M2, DEC>(q, wf);
+    float d = 0.f;
+#pragma unroll
+    for (int k = 0; k < 16; k++) d = fmaf(wf[k], xv[k], d);
+    return d;
+}
+
+// ---- one activation row: one template for every variant ------------------------------------
+// Threads of the block form row groups of T threads (32: one warp; 128: the whole block); a group
+// owns R consecutive weight rows and splits their columns: thread t of the group takes 16-byte
+// chunks t, t + T, t + 2T, ... Each step a thread holds U chunks of each of its R rows in
+// registers (U x R independent 16-byte loads); as it finishes a chunk, it issues the load of the
+// same slot of the next step into the freed registers, so U x R loads stay in flight while it
+// computes (decode is bound by HBM latency x bytes in flight). Weights bypass L1
+// (ld.global.nc.L1::no_allocate) so the activation row, which every group on an SM reads, stays
+// there. R divides 128 and groups start at multiples of R, so a group's rows share one 128-row
+// tile and each chunk needs one tile scale, loaded with its weights. Sums: f32, 16 products per
+// chunk in column order, then one tile-scale FMA per chunk; warp sums by shuffles, and (T = 128)
+// the 4 warp sums of a row added by one thread in a fixed order after the loop (deterministic).
+// The first step's weights are loaded before pdl_wait() (no kernel of the step writes them).
+#define FP8R_THREADS 128
+
+template <int E5M2, bool TILED, int DEC, int R, int T, int U>
+__device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
+                                              const float* __restrict__ sc, float tscale,
+                                              const float* __restrict__ x,
+                                              float* __restrict__ out, int rows, int cols) {
+    static_assert(T % 32 == 0 && FP8R_THREADS % T == 0 && 128 % R == 0, "row group shape");
+    constexpr int NW = T / 32;     // warps per row group
+    constexpr int STEP = T * U;    // chunks per row per step
+    __shared__ float part[NW][R];  // only T > 32
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int gt = tid % T;
+    const int row0 = (blockIdx.x * (FP8R_THREADS / T) + tid / T) * R;
+    // A whole group past the last row (only T = 32: the grid is ceil(rows / rows per block),
+    // and a 128-thread group is the block) has nothing to do and no barrier to reach.
+    if (row0 >= rows) return;
     const int nch = cols >> 4;
-    const int tcols = (cols + 127) >> 7;
     const uint4* wr[R];
-    const float* sr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         // A missing last row re-reads the previous one (its result is never written).
-        const int row = min(row0 + r, rows - 1);
-        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)row * cols);
-        sr[r] = TILED ? sc + (size_t)(row >> 7) * tcols : nullptr;
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
     }
+    const float* srow = TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.f;
-    bool waited = false;
-    for (int c0 = tid; c0 < nch; c0 += T * U) {
-        uint4 q[U][R];
-        float s[U][R];
+    uint4 q[U][R];
+    float s[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = gt + T * u;
+        s[u] = 1.f;
+#pragma unroll
+        for (int r = 0; r < R; r++) q[u][r] = make_uint4(0u, 0u, 0u, 0u);
+        if (c < nch) {
+#pragma unroll
+            for (int r = 0; r < R; r++) q[u][r] = ld_stream16(wr[r] + c);
+            if (TILED) s[u] = __ldg(srow + (c >> 3));
+        }
+    }
+    // The activation is the previous kernel's output: read it only after the wait.
+    pdl_wait();
+    for (int c0 = gt; c0 < nch; c0 += STEP) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + T * u;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                q[u][r] = make_uint4(0u, 0u, 0u, 0u);
-                s[u][r] = 0.f;
-                if (c < nch) {
-                    q[u][r] = ld_stream16(wr[r] + c);
-                    s[u][r] = TILED ? __ldg(sr[r] + (c >> 3)) : 1.f;
-                }
-            }
-        }
-        // The activation is the previous kernel's output: read it only after the wait.
-        if (!waited) {
-            pdl_wait();
-            waited = true;
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + T * u;
-            if (c >= nch) break;
-            const float4* xp = reinterpret_cast<const float4*>(x) + c * 4;
+            if (c >= nch) break;  // and so is every later chunk of this thread
             float xv[16];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float4 t = __ldg(xp + i);
-                xv[4 * i] = t.x;
-                xv[4 * i + 1] = t.y;
-                xv[4 * i + 2] = t.z;
-                xv[4 * i + 3] = t.w;
-            }
+            load_x16(x, c, xv);
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                float wf[16];
-                decode16<E5M2>(q[u][r], wf);
-                float d = 0.f;
+                const float d = dot16<E5M2, DEC>(q[u][r], xv);
+                acc[r] = TILED ? fmaf(d, s[u], acc[r]) : acc[r] + d;
+            }
+            // This slot of the next step, into the registers just read.
+            const int cn = c + STEP;
+            if (cn < nch) {
 #pragma unroll
-                for (int k = 0; k < 16; k++) d = fmaf(wf[k], xv[k], d);
-                acc[r] = TILED ? fmaf(d, s[u][r], acc[r]) : acc[r] + d;
+                for (int r = 0; r < R; r++) q[u][r] = ld_stream16(wr[r] + cn);
+                if (TILED) s[u] = __ldg(srow + (cn >> 3));
             }
         }
     }
-    if (!waited) pdl_wait();  // a thread with no chunk still waits before the block writes
     pdl_trigger();
 #pragma unroll
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+    if (NW == 1) {
+        if (lane == 0) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-        if (lane == 0) part[warp][r] = acc[r];
-    }
-    __syncthreads();
-    if (tid < R && row0 + tid < rows) {
-        float v = 0.f;
+            for (int r = 0; r < R; r++)
+                if (row0 + r < rows) out[row0 + r] = TILED ? acc[r] : acc[r] * tscale;
+        }
+    } else {
+        if (lane == 0) {
 #pragma unroll
-        for (int k = 0; k < T / 32; k++) v += part[k][tid];
-        out[row0 + tid] = TILED ? v : v * tscale;
+            for (int r = 0; r < R; r++) part[gt >> 5][r] = acc[r];
+        }
+        __syncthreads();
+        if (gt < R && row0 + gt < rows) {
+            float v = 0.f;
+#pragma unroll
+            for (int k = 0; k < NW; k++) v += part[k][gt];
+            out[row0 + gt] = TILED ? v : v * tscale;
+        }
     }
 }
 
@@ -409,22 +400,23 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     store16(out + (size_t)rl * cols + 16 * c, f);
 }
 
+// One-row variants of one format: name suffix, DEC, R, T, U (see gemv_fp8_row1), and the
+// blocks per SM the registers are capped for (ptxas: n1 94 -> 80 registers without spills, 5 -> 6
+// blocks; the others keep what they use; n1k4 needs its ~120).
+#define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, T, U, MINB)                                  \
+    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
+        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
+                                float* out, int rows, int cols, int m) {                        \
+        gemv_fp8_row1<e5m2, tiled, dec, R, T, U>(w, sc, tscale, x, out, rows, cols);           \
+    }
+#define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
+    FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 32, 2, 6)                                      \
+    FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 32, 1, 7)                                    \
+    FP8_ROW1(name, n1k2##tag, e5m2, tiled, dec, 2, FP8R_THREADS, 4, 7)                          \
+    FP8_ROW1(name, n1k4##tag, e5m2, tiled, dec, 4, FP8R_THREADS, 4, 4)
+
 #define FP8_KERNELS(name, e5m2, tiled)                                                          \
-    extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n1(                    \
-        const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
-        int cols, int m) {                                                                      \
-        gemv_fp8_n1<e5m2, tiled>(w, sc, tscale, x, out, rows, cols);                           \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(FP8K_THREADS) gemv_fp8_##name##_n1k2(        \
-        const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
-        int cols, int m) {                                                                      \
-        gemv_fp8_n1k<e5m2, tiled, 2>(w, sc, tscale, x, out, rows, cols);                       \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(FP8K_THREADS) gemv_fp8_##name##_n1k4(        \
-        const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
-        int cols, int m) {                                                                      \
-        gemv_fp8_n1k<e5m2, tiled, 4>(w, sc, tscale, x, out, rows, cols);                       \
-    }                                                                                           \
+    FP8_ROW1_ALL(name, e5m2, tiled, 1, )                                                        \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n4(                    \
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
         int cols, int m) {                                                                      \
@@ -448,3 +440,7 @@ FP8_KERNELS(e4m3_t, 0, false)
 FP8_KERNELS(e4m3_b, 0, true)
 FP8_KERNELS(e5m2_t, 1, false)
 FP8_KERNELS(e5m2_b, 1, true)
+// The previous integer decode, for the A/B of the decode (E5M2's byte_perm decode is cheaper on
+// every GPU, so it has no such variant).
+FP8_ROW1_ALL(e4m3_t, 0, false, 0, _bits)
+FP8_ROW1_ALL(e4m3_b, 0, true, 0, _bits)

@@ -7,7 +7,7 @@
 //! CUDA device opens.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::cuda::{CudaBackend, Fp8Row1};
 use pocket_kernels::{Backend, DType, Device, DeviceKind, HostBytes, KernelError};
 use pocket_quant::QuantFormat;
 
@@ -241,12 +241,13 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
     assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
 }
 
-/// The one-row decode GEMV variants: the split kernels with 2 and 4 rows per block
-/// (`gemv_fp8_*_n1k2` / `_n1k4`) and the previous warp kernel (`POCKET_GEMV_SPLIT=0`), each within
-/// the f32 bound and each repeating its result bit for bit (decode graphs are replayed and
-/// compared). Shapes: partial last blocks for both row counts (1027, 37, 3 rows), a second
-/// column pass of the split loop (8208 columns = 513 chunks of 16 over 128 threads x 4) and
-/// partial tiles.
+/// Every one-row decode GEMV variant ([`Fp8Row1`]: warp per 4 or 8 rows, block per 2 or 4 rows)
+/// with both E4M3 decodes (f16 conversion, the previous integer trick), called directly (no
+/// process-wide switch, so tests running beside it keep theirs), each within the f32 bound of
+/// the CPU and of the float64 reference, and each repeating its result bit for bit (decode
+/// graphs are replayed and compared). Shapes: partial last blocks and row groups for every
+/// variant (1027, 37, 3 rows), a second column step of every variant (8208 columns = 513 chunks
+/// of 16: past 128 threads x 4 and 32 lanes x 2), partial tiles, and every FP8 kind.
 #[test]
 fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
     let be = match CudaBackend::new(0) {
@@ -256,57 +257,95 @@ fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
             return;
         }
     };
+    let cpu = Device::open(DeviceKind::Cpu).unwrap();
     let mut f = Vec::new();
-    for (split, per) in [(true, 2usize), (true, 4), (false, 4)] {
-        be.set_split_gemv(split);
-        be.set_fp8_split_rows(per);
-        for (si, &(rows, cols)) in [(1027usize, 5120usize), (37, 8208), (131, 4112), (3, 16)]
-            .iter()
-            .enumerate()
+    for (si, &(rows, cols)) in [(1027usize, 5120usize), (37, 8208), (131, 4112), (3, 16)]
+        .iter()
+        .enumerate()
+    {
+        for (fi, format) in [
+            QuantFormat::Fp8E4M3Block128,
+            QuantFormat::Fp8E4M3,
+            QuantFormat::Fp8E5M2Block128,
+            QuantFormat::Fp8E5M2,
+        ]
+        .into_iter()
+        .enumerate()
         {
-            let seed = 60 + 4 * si as u64;
-            f.extend(check(QuantFormat::Fp8E4M3Block128, rows, cols, &[1], seed));
-            f.extend(check(QuantFormat::Fp8E5M2, rows, cols, &[1], seed + 1));
-            // The same launch twice: the same bits.
-            let mut rng = Rng::new(seed + 2);
+            let mut rng = Rng::new(60 + 4 * si as u64 + fi as u64);
             let src = random_weights(rows, cols, &mut rng);
-            let format = QuantFormat::Fp8E4M3Block128;
             let q = pocket_quant::quantize_matrix(format, rows, cols, &src).unwrap();
-            let w = be
+            let mut deq = vec![0f32; rows * cols];
+            pocket_quant::dequantize_matrix(&q.view(), &mut deq).unwrap();
+            let scales = (!q.scales.is_empty()).then(|| HostBytes::from_vec(q.scales.clone()));
+            let data = HostBytes::from_vec(q.data.clone());
+            let wg = be
                 .upload_weight(
                     format,
                     rows,
                     cols,
-                    HostBytes::from_vec(q.data.clone()),
-                    Some(HostBytes::from_vec(q.scales.clone())),
+                    data.clone(),
+                    scales.clone(),
                     q.tensor_scale,
                 )
                 .unwrap();
+            let wc = cpu
+                .upload_weight(format, rows, cols, data, scales, q.tensor_scale)
+                .unwrap();
             let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
             let xt = be.upload_f32(&x, &[1, cols]).unwrap();
-            let mut runs = Vec::new();
-            for _ in 0..3 {
-                let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
-                be.matmul(&xt, &w, &mut out).unwrap();
-                runs.push(be.read_f32(&out).unwrap());
-            }
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            if bits(&runs[0]) != bits(&runs[1]) || bits(&runs[0]) != bits(&runs[2]) {
-                f.push(format!(
-                    "[{rows}x{cols}] split={split} rows/block={per}: repeated GEMVs differ"
-                ));
+            let xc = cpu.upload_f32(&x, &[1, cols]).unwrap();
+            let mut oc = cpu.alloc(DType::F32, &[1, rows]).unwrap();
+            cpu.matmul(&xc, &wc, &mut oc).unwrap();
+            let want = cpu.read_f32(&oc).unwrap();
+            let refs = par_map(rows, |r| {
+                let wr = &deq[r * cols..(r + 1) * cols];
+                let exact: f64 = wr.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                (exact, bound(1, false, wr, &x))
+            });
+            for variant in Fp8Row1::ALL {
+                for bits in [false, true] {
+                    let label = format!(
+                        "{} [{rows}x{cols}] {}{}",
+                        format.name(),
+                        variant.name(),
+                        if bits { " int-decode" } else { "" }
+                    );
+                    let mut runs = Vec::new();
+                    for _ in 0..3 {
+                        let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+                        // Poison the output so an unwritten element cannot pass.
+                        be.write_f32(&mut out, &vec![f32::NAN; rows], &[1, rows])
+                            .unwrap();
+                        be.fp8_gemv_row1(&xt, &wg, &mut out, variant, bits).unwrap();
+                        runs.push(be.read_f32(&out).unwrap());
+                    }
+                    let mut worst = 0f64;
+                    for (r, &(exact, tol)) in refs.iter().enumerate() {
+                        let (g, c) = (runs[0][r] as f64, want[r] as f64);
+                        let ratio = if g.is_nan() {
+                            f64::INFINITY
+                        } else {
+                            (g - c).abs().max((g - exact).abs()) / tol
+                        };
+                        worst = worst.max(ratio);
+                        if ratio > 1.0 && f.len() < 40 {
+                            f.push(format!(
+                                "{label}: out[{r}] = {g}, cpu {c} (exact {exact}) ± {tol}"
+                            ));
+                        }
+                    }
+                    let bits_of = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    if bits_of(&runs[0]) != bits_of(&runs[1])
+                        || bits_of(&runs[0]) != bits_of(&runs[2])
+                    {
+                        f.push(format!("{label}: repeated GEMVs differ"));
+                    }
+                    eprintln!("{label:50}: worst |gpu - cpu| / bound = {worst:.3}");
+                }
             }
         }
     }
-    // Back to what the environment asks for (other tests of this binary may still run).
-    be.set_split_gemv(std::env::var("POCKET_GEMV_SPLIT").map_or(true, |v| v != "0"));
-    be.set_fp8_split_rows(
-        if std::env::var("POCKET_GEMV_FP8_ROWS").is_ok_and(|v| v == "2") {
-            2
-        } else {
-            4
-        },
-    );
     assert!(f.is_empty(), "FP8 GEMV variant failures:\n{}", f.join("\n"));
 }
 
@@ -392,6 +431,7 @@ fn fp8_every_code_decodes_exactly() {
     let Some(dev) = cuda() else {
         return;
     };
+    let be = CudaBackend::new(0).unwrap();
     let cpu = Device::open(DeviceKind::Cpu).unwrap();
     let (rows, cols) = (256usize, 256usize);
     for format in [
@@ -466,6 +506,38 @@ fn fp8_every_code_decodes_exactly() {
                     i / rows,
                     i % rows
                 );
+            }
+            if n != 1 {
+                continue;
+            }
+            // Every one-row variant and decode, called directly.
+            let wb = be
+                .upload_weight(
+                    format,
+                    rows,
+                    cols,
+                    HostBytes::from_vec(data.clone()),
+                    scales.clone().map(HostBytes::from_vec),
+                    ts,
+                )
+                .unwrap();
+            let xb = be.upload_f32(&x, &[1, cols]).unwrap();
+            for variant in Fp8Row1::ALL {
+                for bits in [false, true] {
+                    let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+                    be.fp8_gemv_row1(&xb, &wb, &mut out, variant, bits).unwrap();
+                    let got = be.read_f32(&out).unwrap();
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            g == w,
+                            "{} {} (int decode {bits}): code {:#04x} (out[{i}]) decodes to {g}, \
+                             CPU {w}",
+                            format.name(),
+                            variant.name(),
+                            data[i * cols],
+                        );
+                    }
+                }
             }
         }
     }

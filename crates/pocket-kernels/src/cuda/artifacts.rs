@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "17c1cd1d5c57d2846e467dd53f2ac7ae8a87ecf0842435e889e9d6d93e128a87";
+    "64eea219351b32f19e4ba43ea76814a623865eb1d0f6136ae0415c4fb757d0ac";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -433,6 +433,11 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Gemv, "gemv_h_*"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1k2"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1k4"),
+    // The other one-row FP8 variants (one template with the two above): `_n1`, `_n1w8`, and
+    // the `_bits` decode of all four.
+    (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
+    (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
+    (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     (ModuleId::Deltanet, "causal_conv1d_silu"),
     (ModuleId::Deltanet, "delta_gates"),
     (ModuleId::Deltanet, "gated_delta_rule"),

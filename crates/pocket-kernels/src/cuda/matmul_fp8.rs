@@ -8,8 +8,10 @@
 //!
 //! Decode (n <= 8 rows) runs `gemv_fp8_*` (kernels/gemv_fp8.cu): 16-byte weight loads, f32
 //! activations and accumulation, so it reads 1 byte per weight and is exact up to f32 rounding.
-//! One row of activations takes the `n1` kernel; 2..4 and 5..8 rows the `n4`/`n8` kernels, which
-//! stage x in shared memory so every weight byte is read and decoded once for all rows.
+//! One row of activations takes one of the [`Fp8Row1`] variants of one template, chosen per
+//! shape ([`Fp8Row1::for_shape`]) unless `POCKET_GEMV_FP8` forces one; 2..4 and 5..8 rows the
+//! `n4`/`n8` kernels, which stage x in shared memory so every weight byte is read and decoded
+//! once for all rows.
 //!
 //! Prefill dequantizes row chunks of W (tile scale folded in) and multiplies through cuBLAS:
 //! * fast (default): W and x in f16 on the tensor cores, f32 accumulation, like the GGML formats'
@@ -34,6 +36,9 @@
 //! A fused FP8-tile GEMM (dequantize into shared memory before `mma.sync`, or Hopper's native
 //! FP8 `wgmma`) is the next step if the prefill profile asks.
 
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::Relaxed;
+
 use cudarc::cublas::sys as bsys;
 use pocket_quant::QuantFormat;
 
@@ -45,38 +50,159 @@ use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 
-/// Weight rows one GEMV block covers (4 warps x 4 rows, every variant in kernels/gemv_fp8.cu).
+/// Weight rows one GEMV block covers (4 warps x 4 rows, the `n4`/`n8` kernels).
 const GEMV_BLOCK_ROWS: usize = 16;
-/// Threads per GEMV block (4 warps).
+/// Threads per GEMV block (4 warps; FP8R_THREADS of the one-row kernels too).
 const GEMV_BLOCK_THREADS: u32 = 128;
-/// Threads per block of the split one-row GEMV (FP8K_THREADS in kernels/gemv_fp8.cu).
-const SPLIT_BLOCK_THREADS: u32 = 128;
-/// Weight rows per block of the split one-row GEMV: 0 = not read yet, else 2 or 4.
-static SPLIT_ROWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Weight rows per block of `gemv_fp8_*_n1k*`: 4 (default) or 2 (`POCKET_GEMV_FP8_ROWS=2`, or
-/// [`CudaBackend::set_fp8_split_rows`]); both variants stay built for an A/B on the device.
-fn split_rows() -> usize {
-    use std::sync::atomic::Ordering::Relaxed;
-    match SPLIT_ROWS.load(Relaxed) {
-        0 => {
-            let r = match std::env::var("POCKET_GEMV_FP8_ROWS").as_deref() {
-                Ok("2") => 2,
-                _ => 4,
-            };
-            SPLIT_ROWS.store(r, Relaxed);
-            r
+/// The one-row (n = 1) FP8 GEMV variants: one template (`gemv_fp8_row1` in kernels/gemv_fp8.cu)
+/// that differs in how a 128-thread block is split over weight rows. Every variant keeps 8-16
+/// independent 16-byte weight loads in flight per thread and refills each slot as it is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fp8Row1 {
+    /// One warp per 4 rows, 16 rows per block (`_n1`).
+    Warp4,
+    /// One warp per 8 rows, 32 rows per block (`_n1w8`): half the activation reads per weight.
+    Warp8,
+    /// The whole block per 2 rows (`_n1k2`).
+    Split2,
+    /// The whole block per 4 rows (`_n1k4`).
+    Split4,
+}
+
+impl Fp8Row1 {
+    /// Every variant, in the order the benchmarks print them.
+    pub const ALL: [Fp8Row1; 4] = [
+        Fp8Row1::Warp4,
+        Fp8Row1::Warp8,
+        Fp8Row1::Split2,
+        Fp8Row1::Split4,
+    ];
+
+    /// Weight rows one 128-thread block covers.
+    pub fn rows_per_block(self) -> usize {
+        match self {
+            Fp8Row1::Warp4 => 16,
+            Fp8Row1::Warp8 => 32,
+            Fp8Row1::Split2 => 2,
+            Fp8Row1::Split4 => 4,
         }
-        r => r,
+    }
+
+    /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Row1::Warp4 => "warp4",
+            Fp8Row1::Warp8 => "warp8",
+            Fp8Row1::Split2 => "split2",
+            Fp8Row1::Split4 => "split4",
+        }
+    }
+
+    /// The variant named `s` (see [`Fp8Row1::name`]).
+    pub fn parse(s: &str) -> Option<Fp8Row1> {
+        Fp8Row1::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// The default for a `rows x cols` weight. From the H200 measurements of session 3
+    /// (`bench_gemv_split_shapes`, docs/performance/logs/2026-11-30-s3-run1/cuda_bench.log): the
+    /// 4-row block split was fastest at 5120..14336 rows (1.05-1.47x the warp kernel: a
+    /// 5120-row matrix is 1280 blocks instead of 320, which spreads the bytes in flight over
+    /// every SM), the warp kernel at 34816 rows (1.03x: past ~32k rows its 16-row blocks fill
+    /// the GPU many times over and carry a quarter of the per-block reduction and launch work).
+    /// Both then ran the integer decode; `bench_fp8_gemv_27b` measures every variant per shape.
+    pub fn for_shape(rows: usize, _cols: usize) -> Fp8Row1 {
+        if rows >= WARP_MIN_ROWS {
+            Fp8Row1::Warp4
+        } else {
+            Fp8Row1::Split4
+        }
+    }
+}
+
+/// Rows from which [`Fp8Row1::for_shape`] takes the warp kernel.
+const WARP_MIN_ROWS: usize = 32 * 1024;
+
+/// Process-wide one-row variant: 0 = not read yet, 1 = per shape, 2 + index in
+/// [`Fp8Row1::ALL`] = forced.
+static ROW1: AtomicU8 = AtomicU8::new(0);
+/// Process-wide E4M3 decode of the one-row GEMV: 0 = not read yet, 1 = f16 conversion, 2 = the
+/// previous integer decode (`_bits` kernels).
+static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
+
+/// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
+/// warp4|warp8|split2|split4 forces one (anything else, or unset, is per shape);
+/// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
+fn forced_row1() -> Option<Fp8Row1> {
+    let v = match ROW1.load(Relaxed) {
+        0 => {
+            let env = std::env::var("POCKET_GEMV_FP8").ok();
+            let v = match env.as_deref().and_then(Fp8Row1::parse) {
+                Some(f) => Some(f),
+                None if !super::matmul::split_gemv() => Some(Fp8Row1::Warp4),
+                None => None,
+            };
+            store_row1(v);
+            return v;
+        }
+        v => v,
+    };
+    (v >= 2).then(|| Fp8Row1::ALL[(v - 2) as usize])
+}
+
+fn store_row1(v: Option<Fp8Row1>) {
+    let code = match v {
+        None => 1,
+        Some(f) => 2 + Fp8Row1::ALL.iter().position(|&a| a == f).unwrap() as u8,
+    };
+    ROW1.store(code, Relaxed);
+}
+
+/// Whether the one-row E4M3 GEMV runs the previous integer decode
+/// (`POCKET_GEMV_FP8_DECODE=bits`) instead of the f16 conversion.
+fn int_decode() -> bool {
+    match ROW1_BITS.load(Relaxed) {
+        0 => {
+            let on = std::env::var("POCKET_GEMV_FP8_DECODE").is_ok_and(|v| v == "bits");
+            ROW1_BITS.store(if on { 2 } else { 1 }, Relaxed);
+            on
+        }
+        v => v == 2,
     }
 }
 
 impl CudaBackend {
-    /// Weight rows per block of the split one-row FP8 GEMV (2 or 4; anything else means 4).
-    /// Process-wide, for A/B benchmarks and tests.
-    pub fn set_fp8_split_rows(&self, rows: usize) {
-        let r = if rows == 2 { 2 } else { 4 };
-        SPLIT_ROWS.store(r, std::sync::atomic::Ordering::Relaxed);
+    /// Forces the one-row FP8 GEMV variant (`None`: the per-shape choice), as `POCKET_GEMV_FP8`.
+    /// Process-wide, for A/B benchmarks.
+    pub fn set_fp8_gemv(&self, v: Option<Fp8Row1>) {
+        store_row1(v);
+    }
+
+    /// Selects the previous integer E4M3 decode for the one-row FP8 GEMV (`true`) or the f16
+    /// conversion (`false`, the default), as `POCKET_GEMV_FP8_DECODE=bits`. Process-wide.
+    pub fn set_fp8_int_decode(&self, on: bool) {
+        ROW1_BITS.store(if on { 2 } else { 1 }, Relaxed);
+    }
+
+    /// `out [1, rows] = x [1, cols] · Wᵀ` for an FP8 weight through one given one-row variant
+    /// and decode (`int_decode`: the `_bits` kernels; E5M2 has none and ignores it), whatever the
+    /// process-wide choice: for tests and benchmarks that compare variants side by side.
+    pub fn fp8_gemv_row1(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        out: &mut Tensor,
+        variant: Fp8Row1,
+        int_decode: bool,
+    ) -> Result<()> {
+        const OP: &str = "fp8_gemv_row1";
+        let kind = Fp8Kind::of(w.format)
+            .ok_or_else(|| shape_err(OP, format!("{} is not an FP8 weight format", w.format)))?;
+        if x.rows() != 1 {
+            return Err(shape_err(OP, format!("x {:?} is not one row", x.shape)));
+        }
+        let p = prepare(self, OP, kind, x, w, out)?;
+        launch_row1(self, kind, variant, int_decode, &p)
     }
 }
 
@@ -136,9 +262,9 @@ impl GemvRows {
 pub enum Fp8Kernel {
     /// Decode GEMV for a number of activation rows.
     Gemv(Fp8Kind, GemvRows),
-    /// One-row decode GEMV with the columns split over a 128-thread block of 2 (`false`) or 4
-    /// (`true`) weight rows (`_n1k2` / `_n1k4`).
-    GemvSplit(Fp8Kind, bool),
+    /// One-row decode GEMV of a variant, with the previous integer E4M3 decode (`true`: the
+    /// `_bits` kernels; E5M2 has none and takes the f16 one) or the f16 conversion (`false`).
+    Row1(Fp8Kind, Fp8Row1, bool),
     /// Rows of W to f16 for the fast prefill GEMM.
     DequantF16(Fp8Kind),
     /// Rows of W to f32 for the exact prefill GEMM.
@@ -167,16 +293,26 @@ impl Fp8Kernel {
                     (true, true, Eight) => "gemv_fp8_e5m2_b_n8",
                 }
             }
-            K::GemvSplit(f, r4) => match (f.e5m2, f.tiled, r4) {
-                (false, false, false) => "gemv_fp8_e4m3_t_n1k2",
-                (false, true, false) => "gemv_fp8_e4m3_b_n1k2",
-                (true, false, false) => "gemv_fp8_e5m2_t_n1k2",
-                (true, true, false) => "gemv_fp8_e5m2_b_n1k2",
-                (false, false, true) => "gemv_fp8_e4m3_t_n1k4",
-                (false, true, true) => "gemv_fp8_e4m3_b_n1k4",
-                (true, false, true) => "gemv_fp8_e5m2_t_n1k4",
-                (true, true, true) => "gemv_fp8_e5m2_b_n1k4",
-            },
+            K::Row1(f, v, bits) => {
+                macro_rules! row1 {
+                    ($f:literal, $b:literal) => {
+                        match v {
+                            Fp8Row1::Warp4 => concat!("gemv_fp8_", $f, "_n1", $b),
+                            Fp8Row1::Warp8 => concat!("gemv_fp8_", $f, "_n1w8", $b),
+                            Fp8Row1::Split2 => concat!("gemv_fp8_", $f, "_n1k2", $b),
+                            Fp8Row1::Split4 => concat!("gemv_fp8_", $f, "_n1k4", $b),
+                        }
+                    };
+                }
+                match (f.e5m2, f.tiled, bits) {
+                    (false, false, false) => row1!("e4m3_t", ""),
+                    (false, true, false) => row1!("e4m3_b", ""),
+                    (false, false, true) => row1!("e4m3_t", "_bits"),
+                    (false, true, true) => row1!("e4m3_b", "_bits"),
+                    (true, false, _) => row1!("e5m2_t", ""),
+                    (true, true, _) => row1!("e5m2_b", ""),
+                }
+            }
             K::DequantF16(f) => match (f.e5m2, f.tiled) {
                 (false, false) => "dequant_fp8_e4m3_t_f16",
                 (false, true) => "dequant_fp8_e4m3_b_f16",
@@ -255,15 +391,27 @@ pub(crate) fn upload(
     })
 }
 
-/// `out [n, rows] = x [n, cols] · Wᵀ` for an FP8 weight.
-pub(crate) fn matmul(
+/// Device pointers and shape of one FP8 matmul, checked.
+pub(crate) struct Fp8Call {
+    w: u64,
+    scales: u64,
+    tscale: f32,
+    x: u64,
+    out: u64,
+    rows: usize,
+    cols: usize,
+    n: usize,
+}
+
+/// Checks the weight's device and layout and the shapes of `x` and `out`.
+fn prepare(
     be: &CudaBackend,
+    op: &'static str,
     kind: Fp8Kind,
     x: &Tensor,
     w: &Weight,
     out: &mut Tensor,
-) -> Result<()> {
-    const OP: &str = "matmul";
+) -> Result<Fp8Call> {
     // This path never reads the 8-bit activation cache, but it writes `out`, which may hold the
     // cached input: forget the cache.
     be.invalidate_q8();
@@ -271,7 +419,7 @@ pub(crate) fn matmul(
         WeightStorage::Cuda(c) if c.ordinal() == be.ctx.ordinal() => c,
         other => {
             return Err(KernelError::WrongDevice {
-                op: OP,
+                op,
                 tensor: "weight",
                 found: match other {
                     WeightStorage::Host { .. } => "cpu".into(),
@@ -282,28 +430,81 @@ pub(crate) fn matmul(
         }
     };
     let (rows, cols) = (w.rows, w.cols);
-    let n = check_matmul_shapes(OP, x, out, rows, cols)?;
-    let xp = be.ptr_of(OP, "x", x, DType::F32)?;
-    let op = be.ptr_of(OP, "out", out, DType::F32)?;
-    if n == 0 {
-        return Ok(());
-    }
+    let n = check_matmul_shapes(op, x, out, rows, cols)?;
+    let xp = be.ptr_of(op, "x", x, DType::F32)?;
+    let outp = be.ptr_of(op, "out", out, DType::F32)?;
     let wp = cw.storage.ptr();
     let sp = match (kind.tiled, cw.layout) {
         (true, WeightLayout::ScalesAfter { offset }) => wp + offset as u64,
         (false, _) => 0u64,
         (true, l) => {
             return Err(shape_err(
-                OP,
+                op,
                 format!("{} weight in layout {l:?} has no tile scales", w.format),
             ))
         }
     };
-    let ts = w.tensor_scale.unwrap_or(1.0);
-    if n <= GEMV_MAX_ROWS {
-        return gemv(be, kind, wp, sp, ts, xp, op, rows, cols, n);
+    Ok(Fp8Call {
+        w: wp,
+        scales: sp,
+        tscale: w.tensor_scale.unwrap_or(1.0),
+        x: xp,
+        out: outp,
+        rows,
+        cols,
+        n,
+    })
+}
+
+/// `out [n, rows] = x [n, cols] · Wᵀ` for an FP8 weight.
+pub(crate) fn matmul(
+    be: &CudaBackend,
+    kind: Fp8Kind,
+    x: &Tensor,
+    w: &Weight,
+    out: &mut Tensor,
+) -> Result<()> {
+    let p = prepare(be, "matmul", kind, x, w, out)?;
+    if p.n == 0 {
+        return Ok(());
     }
-    gemm(be, kind, wp, sp, ts, xp, op, rows, cols, n)
+    if p.n <= GEMV_MAX_ROWS {
+        return gemv(
+            be, kind, p.w, p.scales, p.tscale, p.x, p.out, p.rows, p.cols, p.n,
+        );
+    }
+    gemm(
+        be, kind, p.w, p.scales, p.tscale, p.x, p.out, p.rows, p.cols, p.n,
+    )
+}
+
+/// One launch of a one-row GEMV variant.
+fn launch_row1(
+    be: &CudaBackend,
+    kind: Fp8Kind,
+    variant: Fp8Row1,
+    int_decode: bool,
+    p: &Fp8Call,
+) -> Result<()> {
+    if p.rows == 0 {
+        return Ok(());
+    }
+    be.launch(
+        "matmul",
+        Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode)),
+        (p.rows.div_ceil(variant.rows_per_block()) as u32, 1, 1),
+        GEMV_BLOCK_THREADS,
+        args![
+            p.w,
+            p.scales,
+            p.tscale,
+            p.x,
+            p.out,
+            p.rows as i32,
+            p.cols as i32,
+            1i32
+        ],
+    )
 }
 
 /// One GEMV launch for `m <= 8` activation rows.
@@ -320,25 +521,19 @@ pub(crate) fn gemv(
     cols: usize,
     m: usize,
 ) -> Result<()> {
-    if m == 1 && super::matmul::split_gemv() {
-        let r4 = split_rows() == 4;
-        let per = if r4 { 4 } else { 2 };
-        return be.launch(
-            "matmul",
-            Kernel::Fp8(Fp8Kernel::GemvSplit(kind, r4)),
-            (rows.div_ceil(per) as u32, 1, 1),
-            SPLIT_BLOCK_THREADS,
-            args![
-                w,
-                scales,
-                tscale,
-                x,
-                out,
-                rows as i32,
-                cols as i32,
-                m as i32
-            ],
-        );
+    if m == 1 {
+        let variant = forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols));
+        let p = Fp8Call {
+            w,
+            scales,
+            tscale,
+            x,
+            out,
+            rows,
+            cols,
+            n: 1,
+        };
+        return launch_row1(be, kind, variant, int_decode(), &p);
     }
     be.launch(
         "matmul",
@@ -476,6 +671,47 @@ mod tests {
             let k = chunk_rows(r, c, b);
             assert!(k.is_multiple_of(CHUNK_ROW_ALIGN) && k * c * b <= W_CHUNK_BYTES);
         }
+    }
+
+    #[test]
+    fn row1_variant_per_shape_and_by_name() {
+        use Fp8Row1::{Split4, Warp4};
+        // The FP8 projections of Qwen3.5-27B: MLP gate|up and down, DeltaNet qkv|z and out,
+        // attention q|gate|k|v and o.
+        let shapes = [
+            (34816, 5120, Warp4),
+            (16384, 5120, Split4),
+            (14336, 5120, Split4),
+            (5120, 17408, Split4),
+            (5120, 6144, Split4),
+        ];
+        for (r, c, want) in shapes {
+            assert_eq!(Fp8Row1::for_shape(r, c), want, "{r}x{c}");
+        }
+        for v in Fp8Row1::ALL {
+            assert_eq!(Fp8Row1::parse(v.name()), Some(v));
+            assert_eq!(128 % v.rows_per_block().min(128), 0);
+        }
+        assert_eq!(Fp8Row1::parse("auto"), None);
+    }
+
+    #[test]
+    fn row1_symbols_are_distinct_and_built() {
+        let ptx = crate::cuda::artifacts::ModuleId::GemvFp8.ptx();
+        let mut seen = std::collections::HashSet::new();
+        for e5m2 in [false, true] {
+            for tiled in [false, true] {
+                for v in Fp8Row1::ALL {
+                    for bits in [false, true] {
+                        let k = Fp8Kernel::Row1(Fp8Kind { e5m2, tiled }, v, bits).symbol();
+                        assert!(ptx.contains(&format!(".entry {k}(")), "{k} not in the PTX");
+                        // E5M2 has no integer-decode kernels: both map to one symbol.
+                        assert!(seen.insert(k) || e5m2, "{k} twice");
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len(), 24);
     }
 
     #[test]

@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result as dr, sys, CudaContext, CudaFunction, CudaStream};
 
 pub use kernels::{Artifact, DevFormat, Kernel};
+pub use matmul_fp8::Fp8Row1;
 pub use memory::{CudaStorage, CudaWeight, WeightLayout};
 
 use crate::error::shape_err;
