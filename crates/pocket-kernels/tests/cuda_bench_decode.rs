@@ -180,7 +180,7 @@ fn bench_fp8_gemv_27b() {
         for &(v, bits, ms) in &results {
             let gbps = wbytes as f64 / (ms * 1e-3) / 1e9;
             let line = format!(
-                "fp8 gemv 27B {rows:6}x{cols:5} {:6} {:4} {:8.1} us {:7.1} GB/s {:5.1}% of {ROOF_TBPS} TB/s{}{}",
+                "gemv fp8-27B {rows:6}x{cols:5} {:6} {:4} {:8.1} us {:7.1} GB/s {:5.1}% of {ROOF_TBPS} TB/s{}{}",
                 v.name(),
                 if bits { "int" } else { "f16" },
                 ms * 1e3,
@@ -202,7 +202,7 @@ fn bench_fp8_gemv_27b() {
     }
     let pct = |ms: f64| 100.0 * step_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS;
     println!(
-        "fp8 gemv 27B step ({:.2} GB): default {:.3} ms ({:.1}%), fastest per shape {:.3} ms ({:.1}%)",
+        "gemv fp8-27B step ({:.2} GB): default {:.3} ms ({:.1}%), fastest per shape {:.3} ms ({:.1}%)",
         step_bytes / 1e9,
         step_default,
         pct(step_default),
