@@ -302,8 +302,11 @@ template <> struct Kv8<float> {
 
 // Keys per group per iteration: as many K/V loads in flight as the registers allow without
 // spilling (f32 rows are twice the registers of f16/bf16 ones; GM > 4 holds twice the q and acc).
+// One or two heads per block (the short-context head split) leave room for 4 f32 keys, so a
+// head_dim-64 block covers 64 keys per iteration and a 256-key context in 4 (attn.rs
+// SHORT_MAX_ITERS runs those with one split: no combine launch).
 template <typename T, int GM> struct AtdUnroll {
-    static constexpr int U = sizeof(T) == 4 ? 2 : (GM > 4 ? 2 : 4);
+    static constexpr int U = sizeof(T) == 4 ? (GM <= 2 ? 4 : 2) : (GM > 4 ? 2 : 4);
 };
 
 // Shared memory of one block: accumulators [KG][GM][HD] (KG * HD = 8 * 128), maxima, sums and

@@ -607,7 +607,8 @@ fn bench_small_decode_kernels() {
 /// Decode attention at short contexts (1 to 256 keys, the graph's smallest context bucket of
 /// 256 as the split bound), one block per KV head serving the whole GQA group (`old`,
 /// `set_attn_heads_per_block(0)`, as `POCKET_ATTN_HEADS=0`) against one or two query heads per
-/// block (`h1`, the default, and `h2`), alternating per shape. Shapes of the session-4 profile:
+/// block (`h1`, the default, and `h2`; at head_dim 64 these run unsplit, so no attn_combine
+/// launch, while `old` splits by 32 keys), alternating per shape. Shapes of the session-4 profile:
 /// SmolLM2-135M (9/3 heads, head_dim 64), Qwen2.5-0.5B (14/2, 64), Llama-3-8B (32/8, 128) and
 /// Qwen3.5-27B (24/4, 256); f32 caches as the profiled runs. Back-to-back launches, so each
 /// figure is at least the launch interval.

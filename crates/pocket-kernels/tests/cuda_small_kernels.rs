@@ -199,8 +199,9 @@ fn attn_reference(
 }
 
 /// Decode attention with a GQA group's query heads spread over blocks (1 or 2 heads per block,
-/// `set_attn_heads_per_block`; 1 is the default up to 256-key bounds) equals the whole-group
-/// launch (0) bit for bit and an f64 reference, and the Q8 quantization that the kernel writing
+/// `set_attn_heads_per_block`; 1 is the default up to 256-key bounds, unsplit where that is a
+/// few key-loop iterations) and with the whole group per block (0) matches an f64 reference,
+/// and the Q8 quantization that the kernel writing
 /// `out` (the decode kernel with one split, else attn_combine) leaves for the output projection
 /// is pocket-quant's quantization of those floats, bit for bit. The q8 scratch is filled with
 /// another tensor's quantization first, so a block the kernels failed to write would show.
@@ -252,7 +253,6 @@ fn decode_attention_head_split_and_fused_q8() {
                     num_seqs: n,
                     max_seq_len: bound,
                 };
-                let mut first: Option<Vec<f32>> = None;
                 for hpb in [0usize, 1, 2] {
                     let what = format!(
                         "{heads}/{kvh} hd {hd} lens {lens:?} bound {bound} heads/block {hpb}"
@@ -286,13 +286,6 @@ fn decode_attention_head_split_and_fused_q8() {
                         }
                     }
                     check_quant(&be, &out, &ov, row, &format!("attention q8 {what}"));
-                    match &first {
-                        None => first = Some(ov),
-                        Some(f) => assert!(
-                            f.iter().zip(&ov).all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "{what}: differs from the whole-group launch"
-                        ),
-                    }
                 }
             }
         }

@@ -147,6 +147,15 @@ fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize, big_group:
 /// heads a block serves, and re-reading the few K/V rows once per block costs only L2 traffic.
 const HEAD_SPLIT_MAX_KEYS: usize = 256;
 
+/// Most key-loop iterations a decode block with one or two heads runs without splitting.
+const SHORT_MAX_ITERS: usize = 4;
+
+/// Keys per key-loop iteration of a decode block with one or two heads (attention.cu: 128
+/// threads in groups of head_dim / 8 lanes, 4 keys in flight per group, `AtdUnroll`).
+fn short_iter_keys(hd: usize) -> usize {
+    128 / (hd / 8) * 4
+}
+
 /// 0: not read yet; otherwise 1 + the heads per block (`POCKET_ATTN_HEADS`, or the setter).
 static ATTN_HEADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -364,6 +373,14 @@ pub(crate) fn attention(
     };
     let big_group = if hpb > 0 { hpb > 4 } else { group > 4 };
     let splits = match (decode, mode) {
+        // One or two heads per block cover `short_iter_keys` keys per iteration: a bound of a
+        // few iterations runs unsplit, with no combine launch (a graph bucket of 256 keys at
+        // head_dim 64 is 4 iterations).
+        (true, DecodeKernel::Current)
+            if (1..=2).contains(&hpb) && keys <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
+        {
+            1
+        }
         (true, DecodeKernel::Current) => {
             choose_decode_splits(be.sm_count, s * p.num_kv_heads * nhb, keys, big_group)
         }
