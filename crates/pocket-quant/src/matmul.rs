@@ -134,7 +134,8 @@ fn run_row_ranges(
 
 /// Row boundaries (`0 = b[0] < b[1] < .. = rows`) of a decode GEMV's chunks for `threads`
 /// threads that claim them in order: each chunk is a `1 / (2 * threads)` share of the rows not
-/// yet handed out, in whole `align`-row groups and at least `min` rows ("guided" scheduling).
+/// yet handed out (at most `1 / (4 * threads)` of all), in whole `align`-row groups and at least
+/// `min` rows ("guided" scheduling).
 /// Why: the threads end within one small chunk of each other, where equal chunks (16 for two
 /// threads) left one thread waiting up to a whole chunk (on the 151936-row output matrix, ~9500
 /// rows) at the end of every GEMV; large first chunks keep the claims and range starts few.
@@ -142,10 +143,13 @@ fn run_row_ranges(
 fn guided_bounds(rows: usize, threads: usize, align: usize, min: usize) -> Vec<usize> {
     let mut b = Vec::with_capacity(48);
     b.push(0);
+    // A thread preempted inside a chunk it claimed holds up the GEMV until it runs again (the
+    // box is shared), so no chunk exceeds a 1 / (4 * threads) share.
+    let cap = rows / (4 * threads);
     let mut at = 0;
     while at < rows {
         let left = rows - at;
-        let take = (left / (2 * threads)).max(min).div_ceil(align) * align;
+        let take = (left / (2 * threads)).min(cap).max(min).div_ceil(align) * align;
         at = (at + take).min(rows);
         b.push(at);
     }
@@ -459,7 +463,8 @@ mod tests {
     use super::guided_bounds;
 
     /// Guided chunks cover `0..rows` in order, each a whole number of `align` groups (but the
-    /// last) and at least `min` rows (but the last), shrinking toward the end.
+    /// last) and at least `min` rows (but the last), none above a `1 / (4 * threads)` share
+    /// (rounded up to a group), shrinking toward the end.
     #[test]
     fn guided_bounds_cover_rows_in_aligned_shrinking_chunks() {
         for rows in [1usize, 5, 31, 32, 33, 128, 896, 4864, 151_936] {
@@ -472,10 +477,12 @@ mod tests {
                     assert!(*last > 0);
                     for (i, s) in body.iter().enumerate() {
                         assert!(s % align == 0 && *s >= min, "{rows} {threads}: {sizes:?}");
+                        let cap = (rows / (4 * threads)).max(min).div_ceil(align) * align;
+                        assert!(*s <= cap, "{rows} {threads}: {sizes:?}");
                         assert!(i == 0 || *s <= body[i - 1], "{rows} {threads}: {sizes:?}");
                     }
                     if rows >= 4 * threads * min {
-                        assert!(sizes[0] >= rows / (2 * threads) && sizes.len() <= 20 * threads);
+                        assert!(sizes[0] >= rows / (4 * threads) && sizes.len() <= 20 * threads);
                     }
                 }
             }
