@@ -3,7 +3,8 @@
 //! one block per query row and head) against the tiled flash-attention kernel
 //! (kernels/attention_prefill.cu), in one process via `force_prefill_kernel`. Shapes: SmolLM2-135M
 //! (9/3 x 64), Qwen2.5-0.5B (14/2 x 64), Llama-3-8B (32/8 x 128), Qwen3.5 (24/4 x 256), at 512
-//! tokens (the profiled prefill) and 2048; f32 caches (what the profiled runs use) and f16.
+//! tokens (the profiled prefill) and 2048; f32 caches (what the profiled runs use) and f16. On f32
+//! caches at head_dim 64/128 the TF32 tensor-core variant (`POCKET_ATTN_PREFILL=tc`) is timed too.
 //! CUDA-event timing (`bench::time_ms`); GFLOP/s counts the causal QK^T and PV multiply-adds.
 #![cfg(feature = "cuda")]
 
@@ -69,11 +70,15 @@ fn bench_attn_prefill() {
                     .collect();
                 let q = be.upload_f32(&qv, &[t, heads, hd]).unwrap();
                 let mut out = be.alloc(DType::F32, &[t, heads, hd]).unwrap();
-                let mut us = [0.0f64; 2];
-                for (i, k) in [PrefillKernel::Rows, PrefillKernel::Tiled]
-                    .into_iter()
-                    .enumerate()
-                {
+                // The TF32 variant exists for f32 caches at head_dim 64 and 128.
+                let tc = dtype == DType::F32 && hd <= 128;
+                let mut us = [0.0f64; 3];
+                let kinds = [
+                    PrefillKernel::Rows,
+                    PrefillKernel::Tiled,
+                    PrefillKernel::TensorCore,
+                ];
+                for (i, k) in kinds.into_iter().enumerate().take(if tc { 3 } else { 2 }) {
                     force_prefill_kernel(Some(k));
                     us[i] = 1e3
                         * time_ms(&be, 3, 20, |_| {
@@ -83,8 +88,13 @@ fn bench_attn_prefill() {
                 force_prefill_kernel(None);
                 // Causal pairs x heads x head_dim, twice (scores and P.V), 2 flops per FMA.
                 let flops = (t * (t + 1) / 2 * heads * hd * 4) as f64;
+                let tc_part = if tc {
+                    format!("  tc {:7.1} us  x{:5.1}", us[2], us[0] / us[2])
+                } else {
+                    String::new()
+                };
                 let line = format!(
-                    "attn prefill {name:13} {dtype:?} T={t:4}: rows {:8.1} us  tiled {:7.1} us  x{:5.1}  ({:6.0} GFLOP/s tiled)",
+                    "attn prefill {name:13} {dtype:?} T={t:4}: rows {:8.1} us  tiled {:7.1} us  x{:5.1}  ({:6.0} GFLOP/s tiled){tc_part}",
                     us[0],
                     us[1],
                     us[0] / us[1],

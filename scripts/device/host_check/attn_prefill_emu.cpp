@@ -47,6 +47,28 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     return r;
 }
 inline void pdl_trigger() {}
+inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+// The tensor-core variant's helpers: cvt.rna.tf32.f32 (nearest, ties away from zero, low 13 bits
+// cleared) and a warp-collective mma.m16n8k8 TF32 from each lane's fragments (the PTX ISA layout).
+#define APF_EMU
+inline uint32_t apf_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & ~0x1fffu; }
+inline void apf_syncwarp() { g_warp[threadIdx.x / 32]->arrive_and_wait(); }
+float g_mA[8][16][8], g_mB[8][8][8];
+inline void apf_mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    g_mA[w][g][t] = __uint_as_float(a0); g_mA[w][g + 8][t] = __uint_as_float(a1);
+    g_mA[w][g][t + 4] = __uint_as_float(a2); g_mA[w][g + 8][t + 4] = __uint_as_float(a3);
+    g_mB[w][t][g] = __uint_as_float(b0); g_mB[w][t + 4][g] = __uint_as_float(b1);
+    g_warp[w]->arrive_and_wait();
+    for (int e = 0; e < 4; e++) {
+        int r = g + 8 * (e / 2), n = 2 * t + e % 2;
+        float acc = c[e];
+        for (int k = 0; k < 8; k++) acc += g_mA[w][r][k] * g_mB[w][k][n];
+        c[e] = acc;
+    }
+    g_warp[w]->arrive_and_wait();
+}
 #include "kern.h"
 
 static uint16_t f2h(float f) {
@@ -64,12 +86,16 @@ template <> struct Cache<__half> { using S = uint16_t; static S enc(float f) { r
 template <> struct Cache<__nv_bfloat16> { using S = uint16_t; static S enc(float f) { return f2bf(f); } static double dec(S v) { return bf2f(v); } static const char* name() { return "bf16"; } };
 template <> struct Cache<float> { using S = float; static S enc(float f) { return f; } static double dec(S v) { return v; } static const char* name() { return "f32"; } };
 
+static float tf32(float x) { return __uint_as_float(apf_tf32(x)); }
 struct Cfg { int heads, kvh, hd; float softcap; int window; std::vector<int> lens, news; };
 
-template <typename T, int D, int TR, int TK>
+// TC: the tensor-core variant (T = float, 2 warps); its reference sees q * scale, K and V rounded
+// to TF32 as the kernel does, so what remains is P's rounding (relative 2^-11 of each weight).
+template <typename T, int D, int TR, int TK, bool TC = false>
 static int run(const Cfg& c, std::mt19937& rng) {
     using C = Cache<T>;
-    using Sh = ApfShape<D, TR, TK>;
+    constexpr int BM = TC ? ApfTcShape<D, 2>::BM : ApfShape<D, TR, TK>::BM;
+    constexpr int FLOATS = TC ? ApfTcShape<D, 2>::FLOATS : ApfShape<D, TR, TK>::FLOATS;
     std::uniform_real_distribution<float> U(-1, 1);
     int bs = 16, S = c.lens.size(), G = c.heads / c.kvh;
     int mb = 0; for (int l : c.lens) mb = std::max(mb, (l + bs - 1) / bs);
@@ -88,10 +114,10 @@ static int run(const Cfg& c, std::mt19937& rng) {
     float scale = 1.f / std::sqrt((float)D);
     PrefillArgs a{q.data(), kc.data(), vc.data(), qs.data(), sl.data(), tables.data(), out.data(),
                   c.heads, c.kvh, bs, mb, c.window, scale, c.softcap};
-    int tiles = (most * G + Sh::BM - 1) / Sh::BM;
+    int tiles = (most * G + BM - 1) / BM;
     gridDim = {tiles, c.kvh, S};
-    int nt = APF_THREADS;
-    std::vector<float4> smem((Sh::FLOATS + 3) / 4);
+    int nt = TC ? 64 : APF_THREADS;
+    std::vector<float4> smem((FLOATS + 3) / 4);
     std::barrier<> blk(nt), end(nt);
     g_block = &blk;
     std::vector<std::unique_ptr<std::barrier<>>> w;
@@ -103,7 +129,8 @@ static int run(const Cfg& c, std::mt19937& rng) {
             if (t == 0) { float* f = (float*)smem.data(); for (size_t i = 0; i < smem.size() * 4; i++) f[i] = NAN; }
             end.arrive_and_wait();
             blockIdx = {x, y, z};
-            attn_prefill_tile<T, D, TR, TK>(a, (float*)smem.data());
+            if constexpr (TC) attn_prefill_tc_tile<D, 2>(a, (float*)smem.data());
+            else attn_prefill_tile<T, D, TR, TK>(a, (float*)smem.data());
             end.arrive_and_wait();
         }
     });
@@ -120,8 +147,13 @@ static int run(const Cfg& c, std::mt19937& rng) {
                 for (int t = lo; t <= pos; t++) {
                     size_t slot = (size_t)tables[s * mb + t / bs] * bs + t % bs;
                     double d = 0;
-                    for (int e = 0; e < D; e++) d += (double)q[((size_t)r * c.heads + h) * D + e] * C::dec(kc[slot * row + kh * D + e]);
-                    d *= scale;
+                    for (int e = 0; e < D; e++) {
+                        float qe = q[((size_t)r * c.heads + h) * D + e];
+                        double ke = C::dec(kc[slot * row + kh * D + e]);
+                        if (TC) d += (double)tf32(qe * scale) * tf32((float)ke);
+                        else d += (double)qe * ke;
+                    }
+                    if (!TC) d *= scale;
                     if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
                     sc.push_back(d);
                 }
@@ -131,17 +163,20 @@ static int run(const Cfg& c, std::mt19937& rng) {
                     double o = 0;
                     for (int t = lo; t <= pos; t++) {
                         size_t slot = (size_t)tables[s * mb + t / bs] * bs + t % bs;
-                        o += sc[t - lo] / z * C::dec(vc[slot * row + kh * D + e]);
+                        double ve = C::dec(vc[slot * row + kh * D + e]);
+                        o += sc[t - lo] / z * (TC ? tf32((float)ve) : ve);
                     }
                     float g = out[((size_t)r * c.heads + h) * D + e];
                     double err = std::fabs(g - o);
-                    if (!(err <= 2e-5 + 1e-4 * std::fabs(o))) { if (bad++ < 3) printf("  bad s%d row%d h%d d%d: %g vs %g\n", s, i, h, e, g, o); }
+                    // TC: P rounded to TF32 moves each weight by <= 2^-11 relative: |dO| <= 2^-11 max|v|.
+                    double tol = TC ? 6e-4 : 2e-5 + 1e-4 * std::fabs(o);
+                    if (!(err <= tol)) { if (bad++ < 3) printf("  bad s%d row%d h%d d%d: %g vs %g\n", s, i, h, e, g, o); }
                     if (err > worst || err != err) worst = err;
                 }
             }
         }
     }
-    printf("%s %d/%dx%d softcap %g window %d: max err %.3g %s\n", C::name(), c.heads, c.kvh, D, c.softcap, c.window, worst, bad ? "FAIL" : "ok");
+    printf("%s%s %d/%dx%d softcap %g window %d: max err %.3g %s\n", TC ? "tc " : "", C::name(), c.heads, c.kvh, D, c.softcap, c.window, worst, bad ? "FAIL" : "ok");
     return bad;
 }
 
@@ -154,12 +189,15 @@ int main() {
         fails += run<__half, 64, 2, 8>({14, 2, 64, cap, win, lens, news}, rng);
         fails += run<__nv_bfloat16, 128, 2, 8>({8, 2, 128, cap, win, lens, news}, rng);
         fails += run<float, 256, 2, 4>({6, 1, 256, cap, win, {40, 9}, {33, 5}}, rng);
+        fails += run<float, 64, 0, 0, true>({9, 3, 64, cap, win, lens, news}, rng);
+        fails += run<float, 128, 0, 0, true>({8, 2, 128, cap, win, lens, news}, rng);
     }
     fails += run<float, 128, 2, 8>({4, 4, 128, 0, 0, {150}, {150}}, rng);
     // Many key tiles; a window that starts the key walk past 0 and leaves whole tiles masked for
     // some rows of a block; a prompt after a cached prefix.
     fails += run<float, 64, 2, 8>({9, 3, 64, 0, 100, {300, 130}, {280, 17}}, rng);
     fails += run<__nv_bfloat16, 64, 2, 8>({14, 2, 64, 0, 0, {260}, {200}}, rng);
+    fails += run<float, 64, 0, 0, true>({14, 2, 64, 0, 100, {300, 130}, {280, 17}}, rng);
     fails += run<__half, 256, 2, 4>({24, 4, 256, 0, 0, {80, 3}, {64, 3}}, rng);
     printf(fails ? "FAILED\n" : "all ok\n");
     return fails != 0;

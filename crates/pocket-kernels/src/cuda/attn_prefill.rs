@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use cudarc::driver::sys::CUfunction_attribute;
 
-use super::kernels::{CacheType, Kernel};
+use super::kernels::{Artifact, CacheType, Kernel};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{AttentionMeta, AttentionParams, DType, Result};
@@ -93,6 +93,31 @@ pub(crate) fn symbol(c: CacheType, d: PrefillDim) -> &'static str {
     }
 }
 
+/// Head sizes of the tensor-core (TF32) variant, which reads f32 caches only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum PrefillTcDim {
+    D64,
+    D128,
+}
+
+/// The `extern "C"` symbol of the tensor-core variant for a head size.
+pub(crate) fn tc_symbol(d: PrefillTcDim) -> &'static str {
+    match d {
+        PrefillTcDim::D64 => "attn_prefill_tc_f32_d64",
+        PrefillTcDim::D128 => "attn_prefill_tc_f32_d128",
+    }
+}
+
+/// Threads of a tensor-core block (`APF_TC_WARPS` warps of 16 rows each).
+const TC_THREADS: usize = 64;
+
+/// Dynamic shared memory of a tensor-core block (`ApfTcShape::FLOATS`: 32 rows, 64 keys), bytes.
+fn tc_smem_bytes(d: usize) -> usize {
+    let (bm, bn) = (32, 64);
+    (bm * (d + 4) + bn * (d + 4) + bn * (d + 8) + bm * (bn + 4)) * 4
+}
+
 /// Which kernel serves non-decode attention batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrefillKernel {
@@ -100,6 +125,10 @@ pub enum PrefillKernel {
     Tiled,
     /// The row-per-block kernel (`attn_<cache>`), as before the tiled kernel existed.
     Rows,
+    /// The tiled kernel's TF32 tensor-core variant where it exists (f32 caches, head_dim 64 or
+    /// 128, the sm_90 cubin), else the tiled kernel. Q, K, V and P are rounded to TF32 (10-bit
+    /// mantissa), so results differ from the f32 kernels by about 2^-11 relative per operand.
+    TensorCore,
 }
 
 /// Fewest new rows in some sequence of the batch for the tiled kernel to take it by default:
@@ -107,7 +136,7 @@ pub enum PrefillKernel {
 /// block per (row, head) spreads better.
 pub const MIN_ROWS: usize = 16;
 
-/// 0: none, 1: tiled, 2: rows.
+/// 0: none, 1: tiled, 2: rows, 3: tensor core.
 static FORCED: AtomicU8 = AtomicU8::new(0);
 
 /// Forces the prefill kernel for this process (`None`: back to `POCKET_ATTN_PREFILL` and the
@@ -117,19 +146,22 @@ pub fn force_prefill_kernel(k: Option<PrefillKernel>) {
         None => 0,
         Some(PrefillKernel::Tiled) => 1,
         Some(PrefillKernel::Rows) => 2,
+        Some(PrefillKernel::TensorCore) => 3,
     };
     FORCED.store(v, Ordering::Relaxed);
 }
 
-/// The choice forced by [`force_prefill_kernel`], else by `POCKET_ATTN_PREFILL=tiled|rows`.
+/// The choice forced by [`force_prefill_kernel`], else by `POCKET_ATTN_PREFILL=tiled|rows|tc`.
 fn chosen() -> Option<PrefillKernel> {
     static ENV: std::sync::OnceLock<Option<PrefillKernel>> = std::sync::OnceLock::new();
     match FORCED.load(Ordering::Relaxed) {
         1 => Some(PrefillKernel::Tiled),
         2 => Some(PrefillKernel::Rows),
+        3 => Some(PrefillKernel::TensorCore),
         _ => *ENV.get_or_init(|| match std::env::var("POCKET_ATTN_PREFILL").as_deref() {
             Ok("tiled") => Some(PrefillKernel::Tiled),
             Ok("rows") => Some(PrefillKernel::Rows),
+            Ok("tc") => Some(PrefillKernel::TensorCore),
             _ => None,
         }),
     }
@@ -156,22 +188,41 @@ pub(crate) fn launch_if_wanted(
         return Ok(false);
     };
     let most_rows = qs.windows(2).map(|w| (w[1] - w[0]) as usize).max();
-    let wanted = match chosen() {
-        Some(PrefillKernel::Tiled) => true,
+    let choice = chosen();
+    let wanted = match choice {
+        Some(PrefillKernel::Tiled | PrefillKernel::TensorCore) => true,
         Some(PrefillKernel::Rows) => false,
         None => most_rows.unwrap_or(0) >= MIN_ROWS,
     };
     if !wanted || ptrs.iter().any(|&a| a % 16 != 0) || p.num_kv_heads == 0 {
         return Ok(false);
     }
-    let k = Kernel::AttnPrefill(ct, dim);
-    let smem = dim.smem_bytes();
+    // The TF32 variant needs sm_80; only the sm_90 cubin is known to run it (PTX elsewhere).
+    let tc = match (choice, ct, dim) {
+        (Some(PrefillKernel::TensorCore), CacheType::F32, PrefillDim::D64) => {
+            Some(PrefillTcDim::D64)
+        }
+        (Some(PrefillKernel::TensorCore), CacheType::F32, PrefillDim::D128) => {
+            Some(PrefillTcDim::D128)
+        }
+        _ => None,
+    }
+    .filter(|_| be.kernels.artifact == Artifact::Sm90Cubin);
+    let (k, smem, threads) = match tc {
+        Some(d) => (
+            Kernel::AttnPrefillTc(d),
+            tc_smem_bytes(p.head_dim),
+            TC_THREADS,
+        ),
+        None => (Kernel::AttnPrefill(ct, dim), dim.smem_bytes(), 128),
+    };
     let f = be.kernels.get(k)?;
     let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
     if f.set_attribute(attr, smem as i32).is_err() {
         return Ok(false); // this GPU has less shared memory per block
     }
     let group = p.num_heads / p.num_kv_heads;
+    // Both kernels take 32 rows per block.
     let (bm, _) = dim.tile();
     let tiles = (most_rows.unwrap_or(0) * group).div_ceil(bm);
     let seqs = qs.len() - 1;
@@ -199,7 +250,7 @@ pub(crate) fn launch_if_wanted(
         op,
         k,
         (tiles as u32, p.num_kv_heads as u32, seqs as u32),
-        128,
+        threads as u32,
         smem as u32,
         args![args],
     )?;

@@ -219,6 +219,8 @@ pub enum Kernel {
     AttnDecodeV1(CacheType, bool),
     /// Tiled flash-attention prefill (`kernels/attention_prefill.cu`) for a head size.
     AttnPrefill(CacheType, super::attn_prefill::PrefillDim),
+    /// The TF32 tensor-core variant of [`Kernel::AttnPrefill`] (f32 caches).
+    AttnPrefillTc(super::attn_prefill::PrefillTcDim),
     Embed(DevFormat),
     DequantF16(DevFormat),
     GemvF(DevFormat, Rows),
@@ -362,6 +364,7 @@ impl Kernel {
                 },
             ),
             Kernel::AttnPrefill(c, d) => (M::AttentionPrefill, super::attn_prefill::symbol(c, d)),
+            Kernel::AttnPrefillTc(d) => (M::AttentionPrefill, super::attn_prefill::tc_symbol(d)),
             Kernel::Embed(f) => (M::Elementwise, fmt_table!(f, "embed_", "")),
             Kernel::DequantF16(f) => (M::Elementwise, fmt_table!(f, "dequant_f16_", "")),
             Kernel::GemvF(f, Rows::One) => (M::Gemv, fmt_table!(f, "gemv_f_", "_n1")),
