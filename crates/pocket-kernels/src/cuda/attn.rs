@@ -373,11 +373,14 @@ pub(crate) fn attention(
     };
     let big_group = if hpb > 0 { hpb > 4 } else { group > 4 };
     let splits = match (decode, mode) {
-        // One or two heads per block cover `short_iter_keys` keys per iteration: a bound of a
-        // few iterations runs unsplit, with no combine launch (a graph bucket of 256 keys at
-        // head_dim 64 is 4 iterations).
+        // One or two heads per block cover `short_iter_keys` keys per iteration: where every
+        // bound of the head split (<= 256 keys, the smallest graph bucket) is a few iterations
+        // (head_dim 64), the kernel runs unsplit, with no combine launch. Decided for the whole
+        // head-split range, not per bound, so an eager step (exact length) and a graph replay
+        // (its bucket) run the same split count and give the same bits.
         (true, DecodeKernel::Current)
-            if (1..=2).contains(&hpb) && keys <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
+            if (1..=2).contains(&hpb)
+                && HEAD_SPLIT_MAX_KEYS <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
         {
             1
         }
