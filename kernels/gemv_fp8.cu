@@ -172,6 +172,8 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols) {
     static_assert(T % 32 == 0 && FP8R_THREADS % T == 0 && 128 % R == 0, "row group shape");
+    // `part` below is per block: a group of several warps must be the whole block.
+    static_assert(T == 32 || T == FP8R_THREADS, "multi-warp groups span the block");
     constexpr int NW = T / 32;     // warps per row group
     constexpr int STEP = T * U;    // chunks per row per step
     __shared__ float part[NW][R];  // only T > 32

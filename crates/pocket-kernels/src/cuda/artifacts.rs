@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "64eea219351b32f19e4ba43ea76814a623865eb1d0f6136ae0415c4fb757d0ac";
+    "df659dad6cc8dbcd967fd69e37bc0efe785f07fa90e1394a7a3562dd552fac41";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
