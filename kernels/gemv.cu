@@ -12,6 +12,11 @@
 //  * gemv_q8r_<fmt>: the n = 1 default, the same work items with 4 rows per 128-thread block and
 //    the columns split over the whole block (see below).
 //
+//  * n = 1 variants of the dp4a GEMV, chosen per shape by the host (matmul.rs `q8_one_row`) or
+//    forced for A/B with POCKET_GEMV_Q8 = r (gemv_q8r_*), r64 (gemv_q8r64_*, 64 threads),
+//    p (gemv_q8p_*, persistent grid, loads pipelined across row groups), w (gemv_q8w_*, a warp
+//    per row), r1 (gemv_q8r1_*, one row per block), legacy (the session-3 choice) or auto.
+//
 //  * gemv_h_<f16|bf16>_r<1|4>: the n = 1 path for 16-bit float weights: R rows per block, the
 //    columns split over the whole block, 16-byte weight loads (see below).
 //
@@ -263,7 +268,9 @@ template <typename D> struct ActK { static constexpr bool value = D::QK == 256; 
 // Work items each lane loads before computing: U x 16+ bytes in flight per lane.
 #define GEMV_PREFETCH 4
 
-template <typename D, int NMAX>
+// PDL: the launch may overlap the previous kernel (gemv_q8w_*): the first pass's weight loads
+// are issued before pdl_wait(), the activations read after it.
+template <typename D, int NMAX, bool PDL = false>
 __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                         const float* __restrict__ xd, const float* __restrict__ xs,
                         float* __restrict__ out, int rows, int cols, int n) {
@@ -278,12 +285,17 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
 #pragma unroll
     for (int j = 0; j < NMAX; j++) acc[j] = 0.f;
     int items = nb * D::TPB;
+    bool waited = false;
     for (int it0 = lane; it0 < items; it0 += 32 * GEMV_PREFETCH) {
         typename D::Raw raw[GEMV_PREFETCH];
 #pragma unroll
         for (int u = 0; u < GEMV_PREFETCH; u++) {
             int it = it0 + 32 * u;
             if (it < items) raw[u] = D::load(row, aux, it / D::TPB, it % D::TPB);
+        }
+        if (PDL && !waited) {
+            pdl_wait();
+            waited = true;
         }
 #pragma unroll
         for (int u = 0; u < GEMV_PREFETCH; u++) {
@@ -298,6 +310,10 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
                 }
             }
         }
+    }
+    if (PDL) {
+        if (!waited) pdl_wait();
+        pdl_trigger();
     }
 #pragma unroll
     for (int j = 0; j < NMAX; j++) {
@@ -335,6 +351,19 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
     X(iq4_xs, DotIQ4_XS)
 FOR_EACH_Q8(DEF_GEMV_Q8)
 
+// gemv_q8w_<fmt>: the n = 1 warp-per-row kernel made PDL-aware, for short rows (<= 64 work items:
+// the 576..1536-column matrices of SmolLM2 and Qwen2.5-0.5B, where a 4-row block of gemv_q8r
+// leaves 100 of its 128 threads idle and runs each row through one thread's 4 x 11 loads).
+// Every lane has at most 2 items of its row, all loads of the row are issued at once, and no
+// shared memory or barrier is needed. Also Q3_K's one-row kernel (prefers_warp_per_row).
+#define DEF_GEMV_Q8W(name, D)                                                                  \
+    extern "C" __global__ void __launch_bounds__(128) gemv_q8w_##name(                        \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols) {                                                                  \
+        gemv_q8<D, 1, true>(w, xq, xd, xs, out, rows, cols, 1);                                \
+    }
+FOR_EACH_Q8(DEF_GEMV_Q8W)
+
 // ---- several rows per block, K split over the block (the n = 1 default) ------------------------
 // Block = GEMVR_THREADS threads over GEMVR_ROWS weight rows. Every thread takes work items
 // tid, tid + GEMVR_THREADS, ... of all the block's rows, so the activation it loads serves
@@ -344,12 +373,12 @@ FOR_EACH_Q8(DEF_GEMV_Q8)
 #define GEMVR_THREADS 128
 #define GEMVR_ROWS 4
 
-template <typename D, int T>
+// R rows per block (GEMVR_ROWS, or 1 for gemv_q8r1), PF work items per thread and row per pass.
+template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF>
 __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const float* __restrict__ xs,
                          float* __restrict__ out, int rows, int cols) {
     using F = typename D::Fmt;
-    constexpr int R = GEMVR_ROWS, PF = D::PF;
     __shared__ float part[T / 32][R];
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     int r0 = blockIdx.x * R;
@@ -435,6 +464,138 @@ FOR_EACH_Q8(DEF_GEMV_Q8R)
 DEF_GEMV_Q8R64(q4_0, DotQ4_0)
 DEF_GEMV_Q8R64(q4_1, DotQ4_1)
 DEF_GEMV_Q8R64(q8_0, DotQ8_0)
+
+// gemv_q8r1_<fmt>: one row per 128-thread block, 2 work items per thread per pass, for small
+// matrices of medium rows (Qwen2.5-0.5B's 896 x 4864 down projection: 152 items a row, one pass
+// instead of gemv_q8r's two dependent passes of 4 rows per thread; 896 blocks instead of 224).
+#define DEF_GEMV_Q8R1(name, D)                                                                 \
+    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS) gemv_q8r1_##name(             \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols) {                                                                  \
+        gemv_q8r<D, GEMVR_THREADS, 1, 2>(w, xq, xd, xs, out, rows, cols);                      \
+    }
+FOR_EACH_Q8(DEF_GEMV_Q8R1)
+
+// ---- persistent grid over row groups (matrices of several waves) -------------------------------
+// gemv_q8p_<fmt>: gemv_q8r's split (T threads over R rows, U work items per thread and row in
+// one pass of T x U items), but the grid is at most what is resident at once (the host launches
+// min(groups, GEMVP_BLOCKS_PER_SM x SMs) blocks) and each block walks the row groups
+// g = blockIdx.x, g + gridDim.x, ... as a flat sequence of (group, pass) steps. Each weight
+// register is refilled with the next step's load as soon as its dot has consumed it, so a
+// block's loads stay in flight across pass and group boundaries (the warp-sum reduction and the
+// store of a finished group run while the next group's bytes arrive) instead of a block ending
+// and a fresh one starting with an empty pipeline; the first step's loads are issued before
+// pdl_wait(). Every block takes groups blockIdx.x + k x gridDim.x: equal shares up to one group.
+// The warp sums of consecutive groups alternate between two shared buffers, so one barrier per
+// group suffices. Same per-row summation order as gemv_q8r for the same T and U.
+#define GEMVP_THREADS 64
+#define GEMVP_BLOCKS_PER_SM 8
+
+template <typename D, int T, int R, int U>
+__device__ void gemv_q8p(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
+                         const float* __restrict__ xd, const float* __restrict__ xs,
+                         float* __restrict__ out, int rows, int cols) {
+    using F = typename D::Fmt;
+    __shared__ float part[2][T / 32][R];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int nb = cols / D::QK, items = nb * D::TPB;
+    const int passes = (items + T * U - 1) / (T * U);
+    const int groups = (rows + R - 1) / R;
+    int g = blockIdx.x, pass = 0;
+    if (g >= groups) {
+        pdl_wait();
+        return;
+    }
+    const uint8_t *row[R], *aux[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) row_ptrs<F>(w, rows, nb, min(g * R + i, rows - 1), row[i], aux[i]);
+    typename D::Raw raw[U][R];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int it = tid + T * u;
+        if (it < items) {
+#pragma unroll
+            for (int i = 0; i < R; i++) raw[u][i] = D::load(row[i], aux[i], it / D::TPB, it % D::TPB);
+        }
+    }
+    // The loads above read weights only; the activation blocks come from the previous kernels.
+    pdl_wait();
+    const Q8Act a{xq, xd, xs};
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.f;
+    int buf = 0;
+    while (true) {
+        // The step after (g, pass): the next pass of this group, or the first of the next group.
+        int ng = g, np = pass + 1;
+        if (np == passes) {
+            np = 0;
+            ng = g + gridDim.x;
+        }
+        const bool more = ng < groups;
+        const uint8_t *nrow[R], *naux[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            nrow[i] = row[i];
+            naux[i] = aux[i];
+            if (ng != g) row_ptrs<F>(w, rows, nb, min(ng * R + i, rows - 1), nrow[i], naux[i]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int it = pass * T * U + tid + T * u;
+            const int nit = np * T * U + tid + T * u;
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (it < items) acc[i] += D::dot(raw[u][i], it / D::TPB, it % D::TPB, a);
+                if (more && nit < items) raw[u][i] = D::load(nrow[i], naux[i], nit / D::TPB, nit % D::TPB);
+            }
+        }
+        if (np == 0) {
+            // Group g is complete: meet the warp sums (the next step's loads are in flight).
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const float s = warp_sum(acc[i]);
+                if (lane == 0) part[buf][warp][i] = s;
+                acc[i] = 0.f;
+            }
+            __syncthreads();
+            if (tid < R && g * R + tid < rows) {
+                float s = 0.f;
+#pragma unroll
+                for (int k = 0; k < T / 32; k++) s += part[buf][k][tid];
+                out[g * R + tid] = s;
+            }
+            buf ^= 1;
+        }
+        if (!more) break;
+        g = ng;
+        pass = np;
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            row[i] = nrow[i];
+            aux[i] = naux[i];
+        }
+    }
+    pdl_trigger();
+}
+
+// Formats with 16-byte weight loads (repacked Q4_0/Q8_0/Q6_K, Q4_1's 4-byte words, Q4_K). Q4_0,
+// Q4_1 and Q4_K: 64 threads x 2 items cover a 4096-column row in one pass (128 items); Q8_0's
+// half blocks take two passes there; Q6_K (four 16-byte loads an item) one item per thread
+// and row. 8 blocks of 64 threads per SM (128 registers): 4 rows x 2 x 16 bytes in flight per
+// thread, 64 KB per SM.
+#define DEF_GEMV_Q8P(name, D, U)                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMVP_THREADS, GEMVP_BLOCKS_PER_SM)          \
+        gemv_q8p_##name(                                                                       \
+        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
+        int rows, int cols) {                                                                  \
+        gemv_q8p<D, GEMVP_THREADS, 4, U>(w, xq, xd, xs, out, rows, cols);                      \
+    }
+DEF_GEMV_Q8P(q4_0, DotQ4_0, 2)
+DEF_GEMV_Q8P(q4_1, DotQ4_1, 2)
+DEF_GEMV_Q8P(q8_0, DotQ8_0, 2)
+DEF_GEMV_Q8P(q4_k, DotQ4_K, 2)
+DEF_GEMV_Q8P(q6_k, DotQ6_K, 1)
 
 // ---- 16-bit float weights, one activation row, K split over the block -----------------------
 // gemv_f's warp per row, one 32-byte decode per lane per step, is latency-bound on small matrices

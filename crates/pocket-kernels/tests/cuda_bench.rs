@@ -140,6 +140,148 @@ fn bench_gemv_and_gemm() {
     }
 }
 
+/// One-row dp4a GEMV kernels side by side (`set_q8_gemv_variant`, as `POCKET_GEMV_Q8` =
+/// legacy, r, r64, p, w, r1, auto) at the decode shapes of Llama-3-8B (Q4_0, Q4_K, Q8_0: QKV
+/// 6144x4096, O 4096x4096, gate/up 28672x4096, down 4096x14336; the Q6_K LM head 128256x4096),
+/// Qwen2.5-0.5B (896 hidden, 4864 FFN) and SmolLM2-135M (576 hidden, 1536 FFN). A variant that
+/// launches the same kernel as an earlier one is not timed again. Per line: the kernel, then
+/// `eager` (back-to-back `matmul` calls: host launch cost included, about 4.5 us is that floor
+/// on the H200) and `graph` (20 calls captured in one CUDA graph, launched as the backend
+/// launches them, PDL included: replay time / 20, one activation quantize per graph included),
+/// each in us, GB/s and % of 4.26 TB/s of the weight bytes, and the graph speed-up over
+/// `legacy` (the session-3 choice). Weights rotate over >= 200 MB of copies (HBM reads).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_gemv_q8_variants() {
+    use pocket_kernels::cuda::kernels::Q8Variant;
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    println!("device: {} ({} SMs)", be.name(), be.sm_count());
+    use GgmlType as G;
+    let mut cases: Vec<(&str, &str, GgmlType, usize, usize)> = Vec::new();
+    for t in [G::Q4_0, G::Q4_K, G::Q8_0] {
+        for (what, rows, cols) in [
+            ("qkv", 6144, 4096),
+            ("o", 4096, 4096),
+            ("gate_up", 28672, 4096),
+            ("down", 4096, 14336),
+        ] {
+            cases.push(("8B", what, t, rows, cols));
+        }
+    }
+    cases.push(("8B", "lm_head", G::Q6_K, 128256, 4096));
+    for t in [G::Q5_0, G::Q8_0] {
+        for (what, rows, cols) in [("qkv", 1152, 896), ("o", 896, 896), ("gate_up", 9728, 896)] {
+            cases.push(("Qw0.5B", what, t, rows, cols));
+        }
+    }
+    for t in [G::Q4_K, G::Q6_K, G::Q5_0, G::Q8_0] {
+        cases.push(("Qw0.5B", "down", t, 896, 4864));
+    }
+    cases.push(("Qw0.5B", "lm_head", G::Q8_0, 151936, 896));
+    for (what, rows, cols) in [
+        ("qkv", 960, 576),
+        ("o", 576, 576),
+        ("gate_up", 3072, 576),
+        ("down", 576, 1536),
+    ] {
+        cases.push(("Smol135M", what, G::Q4_1, rows, cols));
+    }
+    cases.push(("Smol135M", "lm_head", G::Q8_0, 49152, 576));
+    let variants = [
+        Q8Variant::Legacy,
+        Q8Variant::Rows,
+        Q8Variant::Rows64,
+        Q8Variant::Persistent,
+        Q8Variant::Warp,
+        Q8Variant::Row1,
+        Q8Variant::Auto,
+    ];
+    let per_graph = 20;
+    let gbps = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
+    let mut lines = Vec::new();
+    for (model, what, t, rows, cols) in cases {
+        let f = QuantFormat::Ggml(t);
+        let bytes = random_bytes(t, rows, cols, 11 + rows as u64);
+        let wbytes = bytes.len();
+        let copies = (200usize << 20).div_ceil(wbytes).max(1);
+        let ws: Vec<_> = (0..copies)
+            .map(|_| {
+                be.upload_weight(
+                    f,
+                    rows,
+                    cols,
+                    HostBytes::from_vec(bytes.clone()),
+                    None,
+                    None,
+                )
+                .unwrap()
+            })
+            .collect();
+        drop(bytes);
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let xt = be.upload_f32(&x, &[1, cols]).unwrap();
+        let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+        // (symbol, eager ms, graph ms) of each kernel timed so far for this case.
+        let mut timed: Vec<(&str, f64, f64)> = Vec::new();
+        let mut legacy_graph = None;
+        for v in variants {
+            be.set_q8_gemv_variant(v);
+            let sym = be.one_row_q8_gemv_symbol(f, rows, cols).unwrap_or("?");
+            let known = timed.iter().find(|e| e.0 == sym).copied();
+            if known.is_some() && !matches!(v, Q8Variant::Legacy | Q8Variant::Auto) {
+                continue;
+            }
+            let (_, eager, graph) = known.unwrap_or_else(|| {
+                let eager = time_ms(&be, 5, 60, |i| {
+                    be.matmul(&xt, &ws[i % copies], &mut out).unwrap()
+                });
+                be.synchronize().unwrap();
+                be.begin_capture().unwrap();
+                for i in 0..per_graph {
+                    be.matmul(&xt, &ws[i % copies], &mut out).unwrap();
+                }
+                let g = be.end_capture().unwrap();
+                let graph = time_ms(&be, 2, 10, |_| g.replay().unwrap()) / per_graph as f64;
+                timed.push((sym, eager, graph));
+                (sym, eager, graph)
+            });
+            let base = *legacy_graph.get_or_insert(graph);
+            let line = format!(
+                "gemv8 {model:8} {what:7} {:6} {rows:6}x{cols:5} {:6} {sym:18} eager {:7.1} us {:6.0} GB/s {:5.1}%  graph {:7.1} us {:6.0} GB/s {:5.1}%  ({:.2}x legacy)",
+                f.name(),
+                v.name(),
+                eager * 1e3,
+                gbps(wbytes, eager),
+                gbps(wbytes, eager) / (10.0 * ROOF_TBPS),
+                graph * 1e3,
+                gbps(wbytes, graph),
+                gbps(wbytes, graph) / (10.0 * ROOF_TBPS),
+                base / graph
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    be.set_q8_gemv_variant(
+        std::env::var("POCKET_GEMV_Q8")
+            .ok()
+            .and_then(|s| Q8Variant::parse(&s))
+            .unwrap_or(Q8Variant::Auto),
+    );
+    println!("\n==== summary: one-row dp4a GEMV variants (graph column: in-step cost) ====");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
 #[path = "cuda_common/step.rs"]
 mod step;
 

@@ -132,6 +132,119 @@ const FORMATS: [GgmlType; 15] = [
     GgmlType::IQ4_XS,
 ];
 
+/// Compares a GEMV result `got` (`[n, rows]`) with the float64 dot over the dequantized weight
+/// `deq` and with pocket-quant's CPU matmul `cpu` of the same `x` (`[n, cols]`), each within its
+/// `tolerance`; a NaN (an unwritten, poisoned element) always fails. Records up to 20 failures
+/// labelled with `what` and returns the worst error / bound ratio.
+#[allow(clippy::too_many_arguments)]
+fn check_against_references(
+    t: GgmlType,
+    what: &str,
+    deq: &[f32],
+    x: &[f32],
+    (n, rows, cols): (usize, usize, usize),
+    got: &[f32],
+    cpu: &[f32],
+    failures: &mut Vec<String>,
+) -> f64 {
+    let mut worst = 0.0f64;
+    for i in 0..n {
+        for r in 0..rows {
+            let wr = &deq[r * cols..(r + 1) * cols];
+            let xr = &x[i * cols..(i + 1) * cols];
+            let want: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let (tol, tol_cpu) = tolerance(t, n, wr, xr);
+            let g = got[i * rows + r] as f64;
+            let c = cpu[i * rows + r] as f64;
+            let ratio = if g.is_nan() {
+                f64::INFINITY
+            } else {
+                ((g - want).abs() / tol).max((g - c).abs() / tol_cpu)
+            };
+            worst = worst.max(ratio);
+            if ratio > 1.0 && failures.len() < 20 {
+                failures.push(format!(
+                    "{what} out[{i},{r}] = {g}, want {want} ± {tol}, cpu {c} ± {tol_cpu}"
+                ));
+            }
+        }
+    }
+    worst
+}
+
+/// Random weight blocks of `t` with their reference dequantization and the device upload.
+fn random_matrix(
+    be: &dyn Backend,
+    t: GgmlType,
+    rows: usize,
+    cols: usize,
+    rng: &mut Rng,
+) -> (Vec<u8>, Vec<f32>, pocket_kernels::Weight) {
+    let format = QuantFormat::Ggml(t);
+    let bytes = random_weight(t, rows, cols, rng);
+    let mut deq = vec![0f32; rows * cols];
+    pocket_quant::dequantize_matrix(&quant_matrix(t, rows, cols, &bytes), &mut deq).unwrap();
+    let w = be
+        .upload_weight(
+            format,
+            rows,
+            cols,
+            HostBytes::from_vec(bytes.clone()),
+            None,
+            None,
+        )
+        .unwrap();
+    (bytes, deq, w)
+}
+
+/// pocket-quant's view of raw GGML blocks.
+fn quant_matrix(t: GgmlType, rows: usize, cols: usize, data: &[u8]) -> QuantMatrix<'_> {
+    QuantMatrix {
+        format: QuantFormat::Ggml(t),
+        rows,
+        cols,
+        data,
+        scales: None,
+        tensor_scale: None,
+    }
+}
+
+/// Runs the one-row GEMV of `w` on `x` twice into NaN-poisoned outputs; returns both results.
+fn gemv_twice(
+    be: &dyn Backend,
+    w: &pocket_kernels::Weight,
+    x: &[f32],
+    rows: usize,
+) -> [Vec<f32>; 2] {
+    let cols = x.len();
+    let xt = be.upload_f32(x, &[1, cols]).unwrap();
+    let run = || {
+        let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+        be.write_f32(&mut out, &vec![f32::NAN; rows], &[1, rows])
+            .unwrap();
+        be.matmul(&xt, w, &mut out).unwrap();
+        be.read_f32(&out).unwrap()
+    };
+    [run(), run()]
+}
+
+/// Held by the tests that switch the process-wide GEMV kernel choice (`set_split_gemv`,
+/// `set_q8_gemv_variant`) and by those that compare GEMV results bit for bit across calls, which
+/// a switch in between (another test thread) would break: variants sum in different orders.
+static KERNEL_CHOICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`KERNEL_CHOICE`], also after another test panicked holding it.
+fn kernel_choice() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_CHOICE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether two results are identical bit for bit.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.iter()
+        .map(|v| v.to_bits())
+        .eq(b.iter().map(|v| v.to_bits()))
+}
+
 #[test]
 fn gemv_matches_references_on_random_blocks() {
     let dev = match Device::open(DeviceKind::Cuda(0)) {
@@ -148,27 +261,8 @@ fn gemv_matches_references_on_random_blocks() {
         // 67 rows: not a multiple of the 4 rows a GEMV block handles. 4352 columns (17 blocks
         // of 256): several passes of the multi-row kernel's loop, the last one partial.
         for &(rows, cols) in &[(67usize, 512usize), (35, 2048), (13, 4352)] {
-            let bytes = random_weight(t, rows, cols, &mut rng);
-            let m = QuantMatrix {
-                format,
-                rows,
-                cols,
-                data: &bytes,
-                scales: None,
-                tensor_scale: None,
-            };
-            let mut deq = vec![0f32; rows * cols];
-            pocket_quant::dequantize_matrix(&m, &mut deq).unwrap();
-            let w = dev
-                .upload_weight(
-                    format,
-                    rows,
-                    cols,
-                    HostBytes::from_vec(bytes.clone()),
-                    None,
-                    None,
-                )
-                .unwrap();
+            let (bytes, deq, w) = random_matrix(&*dev, t, rows, cols, &mut rng);
+            let m = quant_matrix(t, rows, cols, &bytes);
             for n in [1usize, 2, 8, 9, 17] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
                 let xt = dev.upload_f32(&x, &[n, cols]).unwrap();
@@ -180,29 +274,17 @@ fn gemv_matches_references_on_random_blocks() {
                 let got = dev.read_f32(&out).unwrap();
                 let mut cpu = vec![0f32; n * rows];
                 pocket_quant::matmul(&m, &x, n, &mut cpu).unwrap();
-                let mut worst = 0.0f64;
-                for i in 0..n {
-                    for r in 0..rows {
-                        let wr = &deq[r * cols..(r + 1) * cols];
-                        let xr = &x[i * cols..(i + 1) * cols];
-                        let want: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
-                        let (tol, tol_cpu) = tolerance(t, n, wr, xr);
-                        let g = got[i * rows + r] as f64;
-                        let c = cpu[i * rows + r] as f64;
-                        let ratio = if g.is_nan() {
-                            f64::INFINITY
-                        } else {
-                            ((g - want).abs() / tol).max((g - c).abs() / tol_cpu)
-                        };
-                        worst = worst.max(ratio);
-                        if ratio > 1.0 && failures.len() < 20 {
-                            failures.push(format!(
-                                "{} [{rows}x{cols}] n={n} out[{i},{r}] = {g}, want {want} ± {tol}, cpu {c} ± {tol_cpu}",
-                                format.name(),
-                            ));
-                        }
-                    }
-                }
+                let what = format!("{} [{rows}x{cols}] n={n}", format.name());
+                let worst = check_against_references(
+                    t,
+                    &what,
+                    &deq,
+                    &x,
+                    (n, rows, cols),
+                    &got,
+                    &cpu,
+                    &mut failures,
+                );
                 eprintln!(
                     "{:7} [{rows:3}x{cols:4}] n={n:2}: worst error / bound = {worst:.3}",
                     format.name()
@@ -227,6 +309,7 @@ fn gemv_matches_references_on_random_blocks() {
 ///   Q8_0) vs `gemv_q8r_*`, with partial last blocks; 4352 columns take `gemv_q8r_*` either way.
 #[test]
 fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
+    let _choice = kernel_choice();
     let be = match CudaBackend::new(0) {
         Ok(b) => b,
         Err(e) => {
@@ -262,65 +345,26 @@ fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
             let mut rng = Rng::new(300 + ti as u64);
             let shapes = if ti < 2 { half } else { dp4a };
             for &(rows, cols) in shapes {
-                let bytes = random_weight(t, rows, cols, &mut rng);
-                let m = QuantMatrix {
-                    format,
-                    rows,
-                    cols,
-                    data: &bytes,
-                    scales: None,
-                    tensor_scale: None,
-                };
-                let mut deq = vec![0f32; rows * cols];
-                pocket_quant::dequantize_matrix(&m, &mut deq).unwrap();
-                let w = be
-                    .upload_weight(
-                        format,
-                        rows,
-                        cols,
-                        HostBytes::from_vec(bytes.clone()),
-                        None,
-                        None,
-                    )
-                    .unwrap();
+                let (bytes, deq, w) = random_matrix(&be, t, rows, cols, &mut rng);
+                let m = quant_matrix(t, rows, cols, &bytes);
                 let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
-                let xt = be.upload_f32(&x, &[1, cols]).unwrap();
-                let mut runs = Vec::new();
-                for _ in 0..2 {
-                    let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
-                    be.write_f32(&mut out, &vec![f32::NAN; rows], &[1, rows])
-                        .unwrap();
-                    be.matmul(&xt, &w, &mut out).unwrap();
-                    runs.push(be.read_f32(&out).unwrap());
-                }
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                if bits(&runs[0]) != bits(&runs[1]) {
-                    failures.push(format!(
-                        "{} [{rows}x{cols}] split={split}: repeated GEMVs differ",
-                        format.name()
-                    ));
+                let runs = gemv_twice(&be, &w, &x, rows);
+                let what = format!("{} [{rows}x{cols}] split={split}", format.name());
+                if !same_bits(&runs[0], &runs[1]) {
+                    failures.push(format!("{what}: repeated GEMVs differ"));
                 }
                 let mut cpu = vec![0f32; rows];
                 pocket_quant::matmul(&m, &x, 1, &mut cpu).unwrap();
-                let mut worst = 0.0f64;
-                for r in 0..rows {
-                    let wr = &deq[r * cols..(r + 1) * cols];
-                    let want: f64 = wr.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-                    let (tol, tol_cpu) = tolerance(t, 1, wr, &x);
-                    let (g, c) = (runs[0][r] as f64, cpu[r] as f64);
-                    let ratio = if g.is_nan() {
-                        f64::INFINITY
-                    } else {
-                        ((g - want).abs() / tol).max((g - c).abs() / tol_cpu)
-                    };
-                    worst = worst.max(ratio);
-                    if ratio > 1.0 && failures.len() < 20 {
-                        failures.push(format!(
-                            "{} [{rows}x{cols}] split={split} out[{r}] = {g}, want {want} ± {tol}, cpu {c} ± {tol_cpu}",
-                            format.name(),
-                        ));
-                    }
-                }
+                let worst = check_against_references(
+                    t,
+                    &what,
+                    &deq,
+                    &x,
+                    (1, rows, cols),
+                    &runs[0],
+                    &cpu,
+                    &mut failures,
+                );
                 eprintln!(
                     "{:7} [{rows:4}x{cols:4}] split={split}: worst error / bound = {worst:.3}",
                     format.name()
@@ -337,11 +381,100 @@ fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
     );
 }
 
+/// Every one-row dp4a GEMV kernel (`set_q8_gemv_variant`: `gemv_q8r_*`, `gemv_q8r64_*`, the
+/// persistent `gemv_q8p_*`, the warp-per-row `gemv_q8w_*`, one row per block `gemv_q8r1_*`, and
+/// the auto and legacy choices among them) against the float64 dot and the CPU within their
+/// bounds, each repeating its result bit for bit. Shapes: 896 columns (one pass of every kernel,
+/// 28 or 56 items a row) and 4352 (17 super-blocks: `gemv_q8p_*` takes two passes of 128 items,
+/// Q8_0 three, the last partial), rows with a partial last group of 4. The persistent grid is
+/// capped at 7 blocks so each block walks several groups (the default grid is one resident
+/// wave, more blocks than these matrices have groups), then at 64.
+#[test]
+fn q8_gemv_variants_match_references_and_repeat_bit_for_bit() {
+    let _choice = kernel_choice();
+    use pocket_kernels::cuda::kernels::Q8Variant;
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let mut failures = Vec::new();
+    let formats = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_0,
+        GgmlType::Q3_K,
+    ];
+    for (ti, &t) in formats.iter().enumerate() {
+        let mut rng = Rng::new(500 + ti as u64);
+        let k_format = QuantFormat::Ggml(t).block_size() == 256;
+        let shapes: &[(usize, usize)] = if k_format {
+            &[(203, 4352), (5, 4352)]
+        } else {
+            &[(67, 896), (203, 4352), (5, 4352)]
+        };
+        for &(rows, cols) in shapes {
+            let (bytes, deq, w) = random_matrix(&be, t, rows, cols, &mut rng);
+            let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
+            let mut cpu = vec![0f32; rows];
+            pocket_quant::matmul(&quant_matrix(t, rows, cols, &bytes), &x, 1, &mut cpu).unwrap();
+            for v in Q8Variant::ALL {
+                for cap in [7usize, 64] {
+                    if cap == 64 && v != Q8Variant::Persistent {
+                        continue;
+                    }
+                    be.set_q8_gemv_variant(v);
+                    be.set_q8p_max_blocks(cap);
+                    let runs = gemv_twice(&be, &w, &x, rows);
+                    let what = format!(
+                        "{} [{rows}x{cols}] variant {} (grid cap {cap})",
+                        QuantFormat::Ggml(t).name(),
+                        v.name()
+                    );
+                    if !same_bits(&runs[0], &runs[1]) {
+                        failures.push(format!("{what}: repeated GEMVs differ"));
+                    }
+                    let worst = check_against_references(
+                        t,
+                        &what,
+                        &deq,
+                        &x,
+                        (1, rows, cols),
+                        &runs[0],
+                        &cpu,
+                        &mut failures,
+                    );
+                    eprintln!("{what}: worst error / bound = {worst:.3}");
+                }
+            }
+        }
+    }
+    // Back to what the environment asks for (other tests of this binary may still run).
+    be.set_q8p_max_blocks(0);
+    be.set_q8_gemv_variant(
+        std::env::var("POCKET_GEMV_Q8")
+            .ok()
+            .and_then(|s| Q8Variant::parse(&s))
+            .unwrap_or(Q8Variant::Auto),
+    );
+    assert!(
+        failures.is_empty(),
+        "q8 GEMV variant mismatches:\n{}",
+        failures.join("\n")
+    );
+}
+
 /// Consecutive GEMVs over one input reuse its 8-bit quantization; any write to that input must
 /// force a new one. Each result is compared bit for bit with the same GEMV on a fresh upload of
 /// the same values (which always quantizes).
 #[test]
 fn reused_activation_quantization_tracks_writes() {
+    let _choice = kernel_choice();
     let dev = match Device::open(DeviceKind::Cuda(0)) {
         Ok(d) => d,
         Err(e) => {
@@ -409,6 +542,7 @@ fn reused_activation_quantization_tracks_writes() {
 /// same values, for 1 and 3 rows, and for both dp4a GEMV layouts' formats.
 #[test]
 fn norm_quantization_matches_a_fresh_one() {
+    let _choice = kernel_choice();
     let dev = match Device::open(DeviceKind::Cuda(0)) {
         Ok(d) => d,
         Err(e) => {

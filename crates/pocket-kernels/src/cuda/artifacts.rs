@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "df659dad6cc8dbcd967fd69e37bc0efe785f07fa90e1394a7a3562dd552fac41";
+    "c1545d7c1d50dd86d07c09bc580c979736c09345937f016e836349ed07079e2d";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

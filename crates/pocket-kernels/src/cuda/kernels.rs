@@ -142,6 +142,25 @@ impl Q8Gemv {
         matches!(self, Q8Gemv::Q3_K)
     }
 
+    /// Whether the persistent one-row kernel `gemv_q8p_*` (kernels/gemv.cu) is built: the
+    /// formats with 16-byte weight loads.
+    pub fn has_persistent(self) -> bool {
+        matches!(
+            self,
+            Q8Gemv::Q4_0 | Q8Gemv::Q4_1 | Q8Gemv::Q8_0 | Q8Gemv::Q4_K | Q8Gemv::Q6_K
+        )
+    }
+
+    /// dp4a work items in one weight row of `cols` (kernels/gemv.cu `D::TPB` per block): one per
+    /// 32 columns, two for Q8_0 (half blocks of 16 bytes).
+    pub fn items_per_row(self, cols: usize) -> usize {
+        if self == Q8Gemv::Q8_0 {
+            cols / 16
+        } else {
+            cols / 32
+        }
+    }
+
     /// Whether the opt-in fused variant (`gemv_q8s_*`, `POCKET_GEMV=fused`) exists: only for the
     /// five formats it was measured with.
     pub fn has_fused(self) -> bool {
@@ -149,6 +168,62 @@ impl Q8Gemv {
             self,
             Q8Gemv::Q4_0 | Q8Gemv::Q4_1 | Q8Gemv::Q8_0 | Q8Gemv::Q4_K | Q8Gemv::Q6_K
         )
+    }
+}
+
+/// The one-row (decode) dp4a GEMV kernel, process-wide (`POCKET_GEMV_Q8`, or
+/// `CudaBackend::set_q8_gemv_variant`): `Auto` picks per shape (kernels/gemv.cu), the others
+/// force one kernel for A/B measurements, falling back to `gemv_q8r_*` where the forced one is
+/// not built for the format or shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Q8Variant {
+    /// Per shape: `gemv_q8w_*` for rows of <= 64 work items (under 16384 rows; taller ones
+    /// `Legacy`), `gemv_q8p_*` for matrices of several waves or column passes, `gemv_q8r1_*` for
+    /// other matrices under 2048 rows, else `gemv_q8r_*` (`POCKET_GEMV_Q8=auto`, the default).
+    Auto,
+    /// The session-3 choice: `gemv_q8r64_*` for narrow Q4_0/Q4_1/Q8_0 rows, a warp per row for
+    /// Q3_K (now the PDL-aware `gemv_q8w_*`, same arithmetic), else `gemv_q8r_*` (`legacy`).
+    Legacy,
+    /// `gemv_q8r_*`: 4 rows per 128-thread block (`r`).
+    Rows,
+    /// `gemv_q8r64_*`: 4 rows per 64-thread block, rows of one pass only (`r64`).
+    Rows64,
+    /// `gemv_q8p_*`: persistent grid over 4-row groups, loads pipelined across groups (`p`).
+    Persistent,
+    /// `gemv_q8w_*`: a warp per row, PDL-aware (`w`).
+    Warp,
+    /// `gemv_q8r1_*`: one row per 128-thread block (`r1`).
+    Row1,
+}
+
+impl Q8Variant {
+    /// Every variant, in the order of their `POCKET_GEMV_Q8` names.
+    pub const ALL: [Q8Variant; 7] = [
+        Q8Variant::Auto,
+        Q8Variant::Legacy,
+        Q8Variant::Rows,
+        Q8Variant::Rows64,
+        Q8Variant::Persistent,
+        Q8Variant::Warp,
+        Q8Variant::Row1,
+    ];
+
+    /// The `POCKET_GEMV_Q8` name of this variant.
+    pub fn name(self) -> &'static str {
+        match self {
+            Q8Variant::Auto => "auto",
+            Q8Variant::Legacy => "legacy",
+            Q8Variant::Rows => "r",
+            Q8Variant::Rows64 => "r64",
+            Q8Variant::Persistent => "p",
+            Q8Variant::Warp => "w",
+            Q8Variant::Row1 => "r1",
+        }
+    }
+
+    /// The variant of a `POCKET_GEMV_Q8` name.
+    pub fn parse(s: &str) -> Option<Q8Variant> {
+        Q8Variant::ALL.into_iter().find(|v| v.name() == s)
     }
 }
 
@@ -234,6 +309,12 @@ pub enum Kernel {
     GemvHalf(bool, bool),
     /// [`Kernel::GemvQ8Rows`] with 64-thread blocks, for rows of one loop pass (Q4_0, Q4_1, Q8_0).
     GemvQ8Rows64(Q8Gemv),
+    /// One activation row, a warp per weight row, PDL-aware (short rows).
+    GemvQ8Warp(Q8Gemv),
+    /// One activation row, one weight row per 128-thread block (small matrices).
+    GemvQ8Row1(Q8Gemv),
+    /// One activation row, a persistent grid over 4-row groups (large matrices).
+    GemvQ8Persist(Q8Gemv),
     /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
     Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
@@ -375,6 +456,9 @@ impl Kernel {
             Kernel::GemvQ8Fused(f) => (M::Gemv, q8_table!(f, "gemv_q8s_", "")),
             Kernel::GemvHalf(bf16, r4) => (M::Gemv, super::matmul::half_gemv_symbol(bf16, r4)),
             Kernel::GemvQ8Rows64(f) => (M::Gemv, q8_table!(f, "gemv_q8r64_", "")),
+            Kernel::GemvQ8Warp(f) => (M::Gemv, q8_table!(f, "gemv_q8w_", "")),
+            Kernel::GemvQ8Row1(f) => (M::Gemv, q8_table!(f, "gemv_q8r1_", "")),
+            Kernel::GemvQ8Persist(f) => (M::Gemv, q8_table!(f, "gemv_q8p_", "")),
             Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),
@@ -431,8 +515,10 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     // attn_<cache>, attn_dec_*, attn_dec1_* and attn_combine.
     (ModuleId::Attention, "attn_*"),
     (ModuleId::AttentionPrefill, "attn_prefill_*"),
-    // gemv_q8r_* and gemv_q8r64_*.
+    // gemv_q8r_*, gemv_q8r64_* and gemv_q8r1_*.
     (ModuleId::Gemv, "gemv_q8r*"),
+    (ModuleId::Gemv, "gemv_q8w_*"),
+    (ModuleId::Gemv, "gemv_q8p_*"),
     (ModuleId::Gemv, "gemv_h_*"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1k2"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1k4"),
