@@ -187,8 +187,9 @@ static SPLIT_GEMV: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::ne
 
 /// Whether the one-row GEMVs of 16-bit float (`gemv_h_*`) and FP8 (`gemv_fp8_*_n1k*`) weights
 /// take the kernels that split the columns over a whole block (default) rather than the previous
-/// warp-per-row(s) kernels, and narrow Q4_0/Q4_1/Q8_0 rows the 64-thread `gemv_q8r64_*`
-/// (`POCKET_GEMV_SPLIT=0`, or [`CudaBackend::set_split_gemv`], selects the previous ones).
+/// warp-per-row(s) kernels (`POCKET_GEMV_SPLIT=0`, or [`CudaBackend::set_split_gemv`], selects
+/// the previous ones; for dp4a formats it also turns the `auto` choice of `q8_one_row` into
+/// `gemv_q8r_*`, the legacy choice without the 64-thread kernel).
 pub(crate) fn split_gemv() -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     match SPLIT_GEMV.load(Relaxed) {
@@ -202,9 +203,10 @@ pub(crate) fn split_gemv() -> bool {
 }
 
 impl CudaBackend {
-    /// Selects the one-row decode GEMV generation for F16/BF16 and FP8 weights and narrow
-    /// Q4_0/Q4_1/Q8_0 rows: `true` the split-column and 64-thread kernels (the default), `false`
-    /// the previous ones (as `POCKET_GEMV_SPLIT=0`).
+    /// Selects the one-row decode GEMV generation for F16/BF16 and FP8 weights and, under the
+    /// `auto` dp4a variant, for quantized ones: `true` the split-column kernels and the per-shape
+    /// dp4a choice (the default), `false` the previous ones and `gemv_q8r_*` (as
+    /// `POCKET_GEMV_SPLIT=0`).
     /// Process-wide, for A/B benchmarks and tests; both give results within the same bounds.
     pub fn set_split_gemv(&self, on: bool) {
         SPLIT_GEMV.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
@@ -354,8 +356,8 @@ fn q8_one_row(be: &CudaBackend, q: Q8Gemv, rows: usize, cols: usize) -> (Kernel,
 const HALF_R1_MAX_ROWS: usize = 1024;
 
 /// Widest rows `gemv_q8r64_*` serves: one loop pass of 64 threads x 2 work items (32 columns
-/// each for Q4_0/Q4_1, 16 for Q8_0's half blocks); 0 where the kernel is not built. Wider rows
-/// keep the 128-thread kernel, as does `POCKET_GEMV_SPLIT=0`.
+/// each for Q4_0/Q4_1, 16 for Q8_0's half blocks); 0 where the kernel is not built. It serves
+/// them in the `legacy` and `r64` variants only (wider rows there take `gemv_q8r_*`).
 fn rows64_max_cols(q: Q8Gemv) -> usize {
     match q {
         Q8Gemv::Q4_0 | Q8Gemv::Q4_1 => 4096,
