@@ -285,6 +285,79 @@ fn bench_gemv_q8_variants() {
 #[path = "cuda_common/step.rs"]
 mod step;
 
+/// Whole synthetic decode steps with the one-row dp4a GEMV choice A/B (`legacy`, the session-3
+/// kernels, against `auto`, the per-shape choice; as `POCKET_GEMV_Q8`), as CUDA graph replays:
+/// Llama-3-8B Q4_0 (Q6_K output) and Q8_0, Qwen2.5-0.5B-like Q5_0 (Q8_0 output) and
+/// SmolLM2-135M-like Q4_1 (Q8_0 output), context position 128.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_decode_step_q8_variants() {
+    use pocket_kernels::cuda::kernels::Q8Variant;
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let qwen05 = step::Shape {
+        hidden: 896,
+        heads: 14,
+        kv_heads: 2,
+        head_dim: 64,
+        ff: 4864,
+        vocab: 151936,
+        layers: 24,
+    };
+    let smol = step::Shape {
+        hidden: 576,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        ff: 1536,
+        vocab: 49152,
+        layers: 30,
+    };
+    let mut lines = Vec::new();
+    for (name, shape, lf, of) in [
+        ("8B Q4_0", step::LLAMA3_8B, GgmlType::Q4_0, GgmlType::Q6_K),
+        ("8B Q8_0", step::LLAMA3_8B, GgmlType::Q8_0, GgmlType::Q8_0),
+        ("Qw0.5B Q5_0", qwen05, GgmlType::Q5_0, GgmlType::Q8_0),
+        ("Smol135M Q4_1", smol, GgmlType::Q4_1, GgmlType::Q8_0),
+    ] {
+        let mut st = step::Step::new(&be, shape, lf, of, 128);
+        let mut base = None;
+        for v in [Q8Variant::Legacy, Q8Variant::Auto] {
+            be.set_q8_gemv_variant(v);
+            be.synchronize().unwrap();
+            be.begin_capture().unwrap();
+            st.run(&be);
+            let g = be.end_capture().unwrap();
+            let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
+            let b = *base.get_or_insert(graph);
+            let line = format!(
+                "step {name:14} gemv {:6}: graph {:7.3} ms ({:7.1} tok/s)  ({:.3}x legacy)",
+                v.name(),
+                graph,
+                1e3 / graph,
+                b / graph
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    be.set_q8_gemv_variant(
+        std::env::var("POCKET_GEMV_Q8")
+            .ok()
+            .and_then(|s| Q8Variant::parse(&s))
+            .unwrap_or(Q8Variant::Auto),
+    );
+    println!("\n==== summary: decode step, one-row dp4a GEMV legacy vs auto ====");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
 /// A whole synthetic decode step of the Llama-3-8B shape (32 layers, separate Q/K/V and gate/up
 /// GEMVs, f16 KV cache at position 128, greedy argmax), eager and as a CUDA graph replay.
 #[test]
