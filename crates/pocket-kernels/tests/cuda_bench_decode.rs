@@ -282,7 +282,7 @@ fn bench_delta_rule_prefill() {
 /// steps) and the decode graph's context bucket (next power of two, at least 256), for which the
 /// split count is sized. Bandwidth counts the K and V bytes of the context once; up to ~4k keys
 /// they stay in the 60 MB L2 between calls, so those GB/s are not HBM figures. Run once per
-/// `POCKET_ATTN` (unset: the current kernel; `dec1`: the previous one; `generic`) to compare.
+/// `POCKET_ATTN` (unset: the decode kernel; `generic`: the per-head kernel) to compare.
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attention_decode_shapes() {

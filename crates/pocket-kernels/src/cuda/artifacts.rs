@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "c1545d7c1d50dd86d07c09bc580c979736c09345937f016e836349ed07079e2d";
+    "f3bdee4e15c04b0b564acf75e3b4f8a42f668e8cbc3dddb3a91d3e7d039020d8";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

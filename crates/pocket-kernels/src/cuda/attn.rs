@@ -106,11 +106,10 @@ pub(crate) fn kv_write(
 }
 
 /// Decode attention kernel chosen by `POCKET_ATTN` (read once): `generic` sends decode to the
-/// per-head kernel and `dec1` to the previous decode kernel, both kept for same-run comparison.
+/// per-head kernel, kept for same-run comparison.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DecodeKernel {
     Current,
-    Previous,
     Generic,
 }
 
@@ -118,7 +117,6 @@ fn decode_kernel() -> DecodeKernel {
     static MODE: std::sync::OnceLock<DecodeKernel> = std::sync::OnceLock::new();
     *MODE.get_or_init(|| match std::env::var("POCKET_ATTN").as_deref() {
         Ok("generic") => DecodeKernel::Generic,
-        Ok("dec1") => DecodeKernel::Previous,
         _ => DecodeKernel::Current,
     })
 }
@@ -201,14 +199,6 @@ fn decode_head_split(group: usize, keys: usize) -> (usize, usize) {
         return (0, 1);
     }
     (h, group.div_ceil(h))
-}
-
-/// The previous decode kernel's split rule (about four blocks per SM, at least 64 keys each).
-fn choose_decode_splits_v1(sm_count: u32, blocks: usize, max_len: usize) -> usize {
-    (4 * sm_count as usize)
-        .div_ceil(blocks.max(1))
-        .min(max_len.div_ceil(64))
-        .clamp(1, 128)
 }
 
 /// How many key splits a launch of `rows x heads` blocks over `max_len` keys should use: enough
@@ -340,14 +330,9 @@ pub(crate) fn attention(
     let vc_ptr = be.ptr(OP, "v_cache", v_cache)?;
     let q_ptr = be.ptr_of(OP, "q", q, DType::F32)?;
     let mode = decode_kernel();
-    // The decode kernels: exactly one query row per sequence, GQA groups of at most 8, 16-byte
-    // aligned q and cache rows; head_dim 64, 128 or 256 (the previous kernel: any power of two
-    // from 8 to 256).
-    let dims_ok = match mode {
-        DecodeKernel::Current => matches!(hd, 64 | 128 | 256),
-        DecodeKernel::Previous => hd.is_power_of_two() && (8..=MAX_HEAD_DIM).contains(&hd),
-        DecodeKernel::Generic => false,
-    };
+    // The decode kernel: exactly one query row per sequence, GQA groups of at most 8, 16-byte
+    // aligned q and cache rows; head_dim 64, 128 or 256.
+    let dims_ok = mode == DecodeKernel::Current && matches!(hd, 64 | 128 | 256);
     let decode = qs.windows(2).all(|w| w[1] - w[0] == 1)
         && group <= 8
         && dims_ok
@@ -366,35 +351,31 @@ pub(crate) fn attention(
         }
     }
     // Current decode kernel: heads per block (0: the whole group) and blocks per KV head.
-    let (hpb, nhb) = if decode && mode == DecodeKernel::Current {
+    let (hpb, nhb) = if decode {
         decode_head_split(group, keys)
     } else {
         (0, 1)
     };
     let big_group = if hpb > 0 { hpb > 4 } else { group > 4 };
-    let splits = match (decode, mode) {
+    let splits = match decode {
         // One or two heads per block cover `short_iter_keys` keys per iteration: where every
         // bound of the head split (<= 256 keys, the smallest graph bucket) is a few iterations
         // (head_dim 64), the kernel runs unsplit, with no combine launch. Decided for the whole
         // head-split range, not per bound, so an eager step (exact length) and a graph replay
         // (its bucket) run the same split count and give the same bits.
-        (true, DecodeKernel::Current)
-            if (1..=2).contains(&hpb)
-                && HEAD_SPLIT_MAX_KEYS <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
+        true if (1..=2).contains(&hpb)
+            && HEAD_SPLIT_MAX_KEYS <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
         {
             1
         }
-        (true, DecodeKernel::Current) => {
-            choose_decode_splits(be.sm_count, s * p.num_kv_heads * nhb, keys, big_group)
-        }
-        (true, _) => choose_decode_splits_v1(be.sm_count, s * p.num_kv_heads, keys),
-        (false, _) => choose_splits(be.sm_count, n, p.num_heads, keys),
+        true => choose_decode_splits(be.sm_count, s * p.num_kv_heads * nhb, keys, big_group),
+        false => choose_splits(be.sm_count, n, p.num_heads, keys),
     };
 
     // Decode rows whose output projection needs only Q8 activations (no Q8K: the row is not a
     // multiple of 256): the kernel that writes `out` also quantizes it (AttnArgs::xq), recorded
     // in the q8 cache as the decode norms' outputs are, so the GEMV skips its quantize launch.
-    let fuse_q8 = decode && mode == DecodeKernel::Current && !row.is_multiple_of(256);
+    let fuse_q8 = decode && !row.is_multiple_of(256);
     let q8 = if fuse_q8 && fused_q8_output() {
         let op_ptr = be.ptr_of(OP, "out", out, DType::F32)?;
         super::ops::norm_q8_scratch(be, OP, op_ptr, n, row)?
@@ -441,17 +422,10 @@ pub(crate) fn attention(
         xs,
     };
     let out_ptr = args.out;
-    // Only the current decode kernel may leave the combine nothing to do (see DECODE_MIN_KEYS).
-    let current = decode && mode == DecodeKernel::Current;
     if decode {
-        let kernel = if current {
-            Kernel::AttnDecode(ct, big_group)
-        } else {
-            Kernel::AttnDecodeV1(ct, group > 4)
-        };
         be.launch(
             OP,
-            kernel,
+            Kernel::AttnDecode(ct, big_group),
             (s as u32, (p.num_kv_heads * nhb) as u32, splits as u32),
             128,
             args![args],
@@ -479,7 +453,8 @@ pub(crate) fn attention(
                 p.num_heads as i32,
                 hd as i32,
                 splits as i32,
-                if current { args.seq_lens } else { 0u64 },
+                // The decode kernel may leave the combine nothing to do (see DECODE_MIN_KEYS).
+                if decode { args.seq_lens } else { 0u64 },
                 window,
                 DECODE_MIN_KEYS as i32,
                 xq,

@@ -290,8 +290,6 @@ pub enum Kernel {
     /// Decode attention (one query row per sequence) for GQA groups of up to 4 (`false`) or 8
     /// (`true`) query heads.
     AttnDecode(CacheType, bool),
-    /// The previous decode attention kernel (`POCKET_ATTN=dec1`, for same-run comparison).
-    AttnDecodeV1(CacheType, bool),
     /// Tiled flash-attention prefill (`kernels/attention_prefill.cu`) for a head size.
     AttnPrefill(CacheType, super::attn_prefill::PrefillDim),
     /// The TF32 tensor-core variant of [`Kernel::AttnPrefill`] (f32 caches).
@@ -433,17 +431,6 @@ impl Kernel {
                     (CacheType::BF16, true) => "attn_dec_bf16_g8",
                 },
             ),
-            Kernel::AttnDecodeV1(c, g8) => (
-                M::Attention,
-                match (c, g8) {
-                    (CacheType::F32, false) => "attn_dec1_f32_g4",
-                    (CacheType::F32, true) => "attn_dec1_f32_g8",
-                    (CacheType::F16, false) => "attn_dec1_f16_g4",
-                    (CacheType::F16, true) => "attn_dec1_f16_g8",
-                    (CacheType::BF16, false) => "attn_dec1_bf16_g4",
-                    (CacheType::BF16, true) => "attn_dec1_bf16_g8",
-                },
-            ),
             Kernel::AttnPrefill(c, d) => (M::AttentionPrefill, super::attn_prefill::symbol(c, d)),
             Kernel::AttnPrefillTc(d) => (M::AttentionPrefill, super::attn_prefill::tc_symbol(d)),
             Kernel::Embed(f) => (M::Elementwise, fmt_table!(f, "embed_", "")),
@@ -512,7 +499,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Split, "silu_mul_halves_q8"),
     (ModuleId::Argmax, "argmax_rows"),
     (ModuleId::Sample, "sample_rows"),
-    // attn_<cache>, attn_dec_*, attn_dec1_* and attn_combine.
+    // attn_<cache>, attn_dec_* and attn_combine.
     (ModuleId::Attention, "attn_*"),
     (ModuleId::AttentionPrefill, "attn_prefill_*"),
     // gemv_q8r_*, gemv_q8r64_* and gemv_q8r1_*.
