@@ -11,16 +11,12 @@ const GEMVP_ROWS: usize = 4;
 /// GEMVP_BLOCKS_PER_SM in kernels/gemv.cu: its launch bounds guarantee them).
 const GEMVP_THREADS: u32 = 64;
 const GEMVP_BLOCKS_PER_SM: usize = 8;
-/// Work items a `gemv_q8p_*` block covers per row in one pass (64 threads x 2).
-const GEMVP_PASS_ITEMS: usize = 128;
-/// Rows below which a matrix takes the small-matrix kernels (`gemv_q8r1_*`), and from which
-/// `gemv_q8p_*` may serve it.
+/// Rows below which a Q4_K matrix takes one row per block (`gemv_q8r1_*`).
 const SMALL_MATRIX_ROWS: usize = 2048;
 /// Widest rows (in work items) the warp-per-row `gemv_q8w_*` serves by default: two per lane.
 const WARP_MAX_ITEMS: usize = 64;
-/// Rows from which short-row matrices (LM heads of 576..896 columns) keep the legacy choice:
-/// bandwidth-bound there, where 4 rows per thread keep more bytes in flight than a warp per row.
-const WARP_MAX_ROWS: usize = 16384;
+/// Rows from which short Q5_0 rows take a warp per row.
+const WARP_MIN_ROWS: usize = 4096;
 
 /// Process-wide one-row dp4a GEMV choice: 0 = not read yet, else 1 + the index of a
 /// [`Q8Variant`] in [`Q8Variant::ALL`].
@@ -89,20 +85,21 @@ impl CudaBackend {
 static Q8P_MAX_BLOCKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The one-row dp4a GEMV launch for a `rows x cols` matrix of `q`: kernel, grid, block threads.
-/// `Auto` (the reasoning, to be confirmed on the H200 with `bench_gemv_q8_variants`):
-/// * rows of <= 64 work items (576..2048 columns) in matrices under 16384 rows: a warp per row
-///   (`gemv_q8w_*`): each lane holds at most two items, so a row costs one round of loads and a
-///   shuffle reduction, where a 4-row block leaves most of its threads idle and chains 4 rows'
-///   loads in one thread. Taller ones (LM heads) keep the legacy kernel.
-/// * at least 2048 rows whose 4-row groups exceed one resident wave (8 x 64-thread blocks per
-///   SM) or whose rows take several passes (> 128 items): the persistent `gemv_q8p_*`, which
-///   keeps its loads in flight across groups and passes (gate/up 28672, QKV 6144, down 14336
-///   columns, the LM head) instead of retiring and relaunching blocks with empty pipelines.
-/// * other matrices under 2048 rows: one row per block (`gemv_q8r1_*`), every row one pass.
-/// * else `gemv_q8r_*` (4096 x 4096: one wave of 128-thread blocks, which measured faster
-///   than `gemv_q8r64_*` on the H200: 5.2 vs 5.7 us, docs/performance/logs/2026-11-30-s3-run1).
+/// `Auto` follows the H200 measurement of every variant on the 8B, Qwen2.5-0.5B and SmolLM2
+/// shapes (`bench_gemv_q8_variants`, docs/performance/logs/2026-11-30-s4-run1/cuda_bench.log,
+/// graph column):
+/// * `gemv_q8r_*` (4 rows per 128-thread block) by default: it matched or beat every other
+///   variant on the 8B shapes of Q4_0, Q4_K, Q8_0 and the Q6_K LM head (1.06-1.12x the 64-thread
+///   `gemv_q8r64_*` on Q4_0, 1.07-1.11x on Qwen2.5's Q8_0), and on the small models' square
+///   matrices. The persistent `gemv_q8p_*` lost on every shape (0.56-0.91x): one resident wave
+///   of blocks walking groups keeps fewer bytes in flight than a grid of short-lived blocks.
+/// * Q5_0 rows of <= 64 work items in tall matrices (>= 4096 rows): a warp per row, 7.1 against
+///   9.6 us on Qwen2.5's 9728 x 896 gate|up (the Q5_0 item is not a 16-byte load, so 4 rows per
+///   thread chain slow loads).
+/// * Q4_K matrices under 2048 rows with rows past one warp's items: one row per block, 2.6
+///   against 3.5 us on Qwen2.5's 896 x 4864 down projection.
 ///
-/// `POCKET_GEMV_SPLIT=0` keeps the legacy choice.
+/// `POCKET_GEMV_SPLIT=0` keeps the legacy choice (session 3's, `POCKET_GEMV_Q8=legacy`).
 pub(super) fn q8_one_row(
     be: &CudaBackend,
     q: Q8Gemv,
@@ -147,16 +144,11 @@ pub(super) fn q8_one_row(
         Q8Variant::Warp => warp,
         Q8Variant::Row1 => row1,
         Q8Variant::Auto => {
-            if q.prefers_warp_per_row() || (items <= WARP_MAX_ITEMS && rows < WARP_MAX_ROWS) {
-                warp
-            } else if items <= WARP_MAX_ITEMS {
-                legacy
-            } else if q.has_persistent()
-                && rows >= SMALL_MATRIX_ROWS
-                && (rows.div_ceil(GEMVP_ROWS) > resident || items > GEMVP_PASS_ITEMS)
+            if q.prefers_warp_per_row()
+                || (q == Q8Gemv::Q5_0 && items <= WARP_MAX_ITEMS && rows >= WARP_MIN_ROWS)
             {
-                persist
-            } else if rows < SMALL_MATRIX_ROWS {
+                warp
+            } else if q == Q8Gemv::Q4_K && items > WARP_MAX_ITEMS && rows < SMALL_MATRIX_ROWS {
                 row1
             } else {
                 rows4

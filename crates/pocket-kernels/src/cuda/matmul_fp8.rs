@@ -104,24 +104,26 @@ impl Fp8Row1 {
         Fp8Row1::ALL.into_iter().find(|v| v.name() == s)
     }
 
-    /// The default for a `rows x cols` weight. From the H200 measurements of session 3
-    /// (`bench_gemv_split_shapes`, docs/performance/logs/2026-11-30-s3-run1/cuda_bench.log): the
-    /// 4-row block split was fastest at 5120..14336 rows (1.05-1.47x the warp kernel: a
-    /// 5120-row matrix is 1280 blocks instead of 320, which spreads the bytes in flight over
-    /// every SM), the warp kernel at 34816 rows (1.03x: past ~32k rows its 16-row blocks fill
-    /// the GPU many times over and carry a quarter of the per-block reduction and launch work).
-    /// Both then ran the integer decode; `bench_fp8_gemv_27b` measures every variant per shape.
+    /// The default for a `rows x cols` weight, from the H200 measurement of every variant at the
+    /// 27B shapes with the f16-conversion decode (`bench_fp8_gemv_27b`,
+    /// docs/performance/logs/2026-11-30-s4-run1/cuda_bench_decode.log): the 8-row warp kernel
+    /// was fastest at 14336..17408 rows (20.9 / 23.0 / 24.3 us against 21.7 / 24.1 / 25.2 for
+    /// the 4-row block split), the 4-row warp kernel everywhere else (34816 rows 44.3 us,
+    /// 10240 rows 14.8 against 17.1, 5120 rows at 6144 and 17408 columns 11.7 / 26.7 against
+    /// 12.0 / 27.4); the block splits won no shape once the decode got cheaper.
     pub fn for_shape(rows: usize, _cols: usize) -> Fp8Row1 {
-        if rows >= WARP_MIN_ROWS {
-            Fp8Row1::Warp4
+        if (WARP8_MIN_ROWS..WARP8_END_ROWS).contains(&rows) {
+            Fp8Row1::Warp8
         } else {
-            Fp8Row1::Split4
+            Fp8Row1::Warp4
         }
     }
 }
 
-/// Rows from which [`Fp8Row1::for_shape`] takes the warp kernel.
-const WARP_MIN_ROWS: usize = 32 * 1024;
+/// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
+/// measured slower with it, 14336..17408 faster, 34816 slower).
+const WARP8_MIN_ROWS: usize = 12 * 1024;
+const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant: 0 = not read yet, 1 = per shape, 2 + index in
 /// [`Fp8Row1::ALL`] = forced.
@@ -675,15 +677,17 @@ mod tests {
 
     #[test]
     fn row1_variant_per_shape_and_by_name() {
-        use Fp8Row1::{Split4, Warp4};
+        use Fp8Row1::{Warp4, Warp8};
         // The FP8 projections of Qwen3.5-27B: MLP gate|up and down, DeltaNet qkv|z and out,
         // attention q|gate|k|v and o.
         let shapes = [
             (34816, 5120, Warp4),
-            (16384, 5120, Split4),
-            (14336, 5120, Split4),
-            (5120, 17408, Split4),
-            (5120, 6144, Split4),
+            (16384, 5120, Warp8),
+            (14336, 5120, Warp8),
+            (17408, 5120, Warp8),
+            (10240, 5120, Warp4),
+            (5120, 17408, Warp4),
+            (5120, 6144, Warp4),
         ];
         for (r, c, want) in shapes {
             assert_eq!(Fp8Row1::for_shape(r, c), want, "{r}x{c}");
