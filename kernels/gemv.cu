@@ -14,8 +14,10 @@
 //
 //  * n = 1 variants of the dp4a GEMV, chosen per shape by the host (matmul.rs `q8_one_row`) or
 //    forced for A/B with POCKET_GEMV_Q8 = r (gemv_q8r_*), r64 (gemv_q8r64_*, 64 threads),
-//    p (gemv_q8p_*, persistent grid, loads pipelined across row groups), w (gemv_q8w_*, a warp
-//    per row), r1 (gemv_q8r1_*, one row per block), legacy (the session-3 choice) or auto.
+//    w (gemv_q8w_*, a warp per row), r1 (gemv_q8r1_*, one row per block), legacy (the session-3
+//    choice) or auto. A persistent grid over row groups with loads pipelined across groups
+//    (gemv_q8p_*) was measured on the H200 in session 4, lost on every shape (0.56-0.91x) and
+//    was removed.
 //
 //  * gemv_h_<f16|bf16>_r<1|4>: the n = 1 path for 16-bit float weights: R rows per block, the
 //    columns split over the whole block, 16-byte weight loads (see below).
@@ -24,6 +26,7 @@
 // grid.x = ceil(rows / 4).
 #include "common.cuh"
 #include "dot_q8.cuh"
+#include "dot_formats.cuh"
 
 #define GEMV_MAX_N 8
 #define GEMV_WARPS 4
@@ -106,160 +109,8 @@ extern "C" __global__ void quantize_q8(const float* __restrict__ x, int8_t* __re
 // weight bytes, `load(row, aux, blk, part)` that issues its global loads, and `dot(raw, blk, part,
 // act)` over the part's elements. Loading is split from arithmetic so the GEMV loop can put
 // several work items' loads in flight before it consumes the first (decode GEMV is bound by bytes
-// in flight per SM, not by arithmetic).
-
-struct DotQ4_0 {  // repacked: 16 quant bytes per block + f16 scales apart
-    using Fmt = FmtQ4_0;
-    static constexpr int QK = 32, TPB = 1, PF = 2;
-    struct Raw { uint4 q; uint16_t d; };
-    DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int) {
-        return Raw{__ldg((const uint4*)(row + (size_t)blk * 16)), __ldg(((const uint16_t*)aux) + blk)};
-    }
-    DEVI static float dot(const Raw& r, int blk, int, const Q8Act& a) {
-        const int4* ap = (const int4*)(a.q + (size_t)blk * 32);
-        int4 a0 = ap[0], a1 = ap[1];
-        uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-        int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            s = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], s);
-            s = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], s);
-        }
-        // sum (q - 8) * a = sumi - 8 * sum(a)
-        return h2f(r.d) * (a.d[blk] * (float)s - 8.f * a.s[blk]);
-    }
-};
-
-struct DotQ8_0 {  // repacked: 32 quant bytes per block; two threads per block
-    using Fmt = FmtQ8_0;
-    static constexpr int QK = 32, TPB = 2, PF = 2;
-    struct Raw { int4 q; uint16_t d; };
-    DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int part) {
-        return Raw{__ldg((const int4*)(row + (size_t)blk * 32 + part * 16)), __ldg(((const uint16_t*)aux) + blk)};
-    }
-    DEVI static float dot(const Raw& r, int blk, int part, const Q8Act& a) {
-        int4 av = *(const int4*)(a.q + (size_t)blk * 32 + part * 16);
-        int s = dp4a(r.q.x, av.x, 0);
-        s = dp4a(r.q.y, av.y, s);
-        s = dp4a(r.q.z, av.z, s);
-        s = dp4a(r.q.w, av.w, s);
-        return h2f(r.d) * a.d[blk] * (float)s;
-    }
-};
-
-struct DotQ4_1 {  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
-    using Fmt = FmtQ4_1;
-    static constexpr int QK = 32, TPB = 1, PF = 2;
-    struct Raw { uint32_t dm, w[4]; };
-    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int) {
-        const uint32_t* b = (const uint32_t*)(row + (size_t)blk * 20);
-        return Raw{__ldg(b), {__ldg(b + 1), __ldg(b + 2), __ldg(b + 3), __ldg(b + 4)}};
-    }
-    DEVI static float dot(const Raw& r, int blk, int, const Q8Act& a) {
-        const int4* ap = (const int4*)(a.q + (size_t)blk * 32);
-        int4 a0 = ap[0], a1 = ap[1];
-        int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            s = dp4a((int)(r.w[i] & 0x0f0f0f0f), lo[i], s);
-            s = dp4a((int)((r.w[i] >> 4) & 0x0f0f0f0f), hi[i], s);
-        }
-        float d = h2f(r.dm & 0xffff), m = h2f(r.dm >> 16);
-        return d * a.d[blk] * (float)s + m * a.s[blk];
-    }
-};
-
-// Q4_K: 8 threads per 144-byte super-block (16-byte aligned). Thread p reads the 16-byte header
-// (d, dmin, scales) and qs bytes [16p, 16p+16): low nibbles belong to sub-block 2*(p/2), high
-// nibbles to 2*(p/2)+1, each 16 elements at offset 16*(p%2).
-struct DotQ4_K {
-    using Fmt = FmtQ4_K;
-    static constexpr int QK = 256, TPB = 8, PF = 1;
-    struct Raw { uint4 hdr, q; };
-    DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
-        const uint8_t* b = row + (size_t)blk * 144;
-        return Raw{__ldg((const uint4*)b), __ldg((const uint4*)(b + 16 + 16 * p))};
-    }
-    DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
-        int c = p / 2, h = p % 2;
-        int sub0 = 2 * c, sub1 = 2 * c + 1;
-        uint32_t y = r.hdr.y, z = r.hdr.z, w = r.hdr.w;
-        // scale_min_k4 over the 12 scale bytes q[0..12] = bytes of (y, z, w).
-        int s0, m0, s1, m1;
-        if (c < 2) {
-            s0 = kbyte(y, z, w, sub0) & 63; m0 = kbyte(y, z, w, sub0 + 4) & 63;
-            s1 = kbyte(y, z, w, sub1) & 63; m1 = kbyte(y, z, w, sub1 + 4) & 63;
-        } else {
-            s0 = (kbyte(y, z, w, sub0 + 4) & 0xF) | ((kbyte(y, z, w, sub0 - 4) >> 6) << 4);
-            m0 = (kbyte(y, z, w, sub0 + 4) >> 4) | ((kbyte(y, z, w, sub0) >> 6) << 4);
-            s1 = (kbyte(y, z, w, sub1 + 4) & 0xF) | ((kbyte(y, z, w, sub1 - 4) >> 6) << 4);
-            m1 = (kbyte(y, z, w, sub1 + 4) >> 4) | ((kbyte(y, z, w, sub1) >> 6) << 4);
-        }
-        size_t ab0 = (size_t)blk * 8 + sub0, ab1 = ab0 + 1;
-        int4 alo = *(const int4*)(a.q + ab0 * 32 + 16 * h);
-        int4 ahi = *(const int4*)(a.q + ab1 * 32 + 16 * h);
-        uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-        int lo[4] = {alo.x, alo.y, alo.z, alo.w}, hi[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
-        int slo = 0, shi = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            slo = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], slo);
-            shi = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], shi);
-        }
-        float d = h2f(r.hdr.x & 0xffff), dmin = h2f(r.hdr.x >> 16);
-        float res = d * (a.d[ab0] * (float)(s0 * slo) + a.d[ab1] * (float)(s1 * shi));
-        // The min term covers whole 32-element activation blocks: the h == 0 thread adds it once.
-        if (h == 0) res -= dmin * ((float)m0 * a.s[ab0] + (float)m1 * a.s[ab1]);
-        return res;
-    }
-};
-
-// Q6_K (repacked, common.cuh): 8 threads per super-block; thread p covers elements 128n + 32k +
-// (0..32) with n = p/4, k = p%4: quants from ql (nibble k/2) and qh (bits 2k), one scale per 16
-// elements. Four 16-byte loads of quants, two 2-byte loads of companion bytes.
-struct DotQ6_K {
-    using Fmt = FmtQ6_K;
-    static constexpr int QK = 256, TPB = 8, PF = 1;
-    struct Raw { uint32_t l[8], h[8]; uint16_t d, sc; };
-    DEVI static Raw load(const uint8_t* row, const uint8_t* aux, int blk, int p) {
-        const uint8_t* b = row + (size_t)blk * 192;
-        const uint8_t* ax = aux + (size_t)blk * 18;
-        int n = p / 4, k = p % 4;
-        const uint4* ql = (const uint4*)(b + 64 * n + 32 * (k & 1));
-        const uint4* qh = (const uint4*)(b + 128 + 32 * n);
-        uint4 l0 = __ldg(ql), l1 = __ldg(ql + 1), h0 = __ldg(qh), h1 = __ldg(qh + 1);
-        Raw r = {{l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w},
-                 {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w},
-                 __ldg((const uint16_t*)(ax + 16)),
-                 __ldg((const uint16_t*)(ax + 8 * n + 2 * k))};
-        return r;
-    }
-    DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
-        int n = p / 4, k = p % 4;
-        int shl = (k >> 1) * 4, shh = 2 * k;
-        size_t ab = (size_t)blk * 8 + 4 * n + k;
-        const int4* ap = (const int4*)(a.q + ab * 32);
-        int s[2] = {0, 0};
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            int4 av = ap[half];
-            int aw[4] = {av.x, av.y, av.z, av.w};
-            int t = 0, off = 0;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                uint32_t q = ((r.l[4 * half + i] >> shl) & 0x0f0f0f0f) | (((r.h[4 * half + i] >> shh) & 0x03030303) << 4);
-                // q is 0..63 per byte; (q - 32) . a = q . a - 32 * sum(a)
-                t = dp4a((int)q, aw[i], t);
-                off = dp4a(0x20202020, aw[i], off);
-            }
-            s[half] = t - off;
-        }
-        float sc0 = (float)(int8_t)(r.sc & 0xff), sc1 = (float)(int8_t)(r.sc >> 8);
-        return h2f(r.d) * a.d[ab] * (sc0 * (float)s[0] + sc1 * (float)s[1]);
-    }
-};
+// in flight per SM, not by arithmetic). The work items: dot_formats.cuh (Q4_0, Q8_0, Q4_1, Q4_K,
+// Q6_K) and dot_q8.cuh (the rest).
 
 // Whether a work item's activations are the Q8K kind (per-256 scale, as the CPU's K and IQ4_XS
 // dots) rather than Q8 (per-32 scale); the host passes the matching buffers (matmul.rs).
@@ -475,127 +326,6 @@ DEF_GEMV_Q8R64(q8_0, DotQ8_0)
         gemv_q8r<D, GEMVR_THREADS, 1, 2>(w, xq, xd, xs, out, rows, cols);                      \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R1)
-
-// ---- persistent grid over row groups (matrices of several waves) -------------------------------
-// gemv_q8p_<fmt>: gemv_q8r's split (T threads over R rows, U work items per thread and row in
-// one pass of T x U items), but the grid is at most what is resident at once (the host launches
-// min(groups, GEMVP_BLOCKS_PER_SM x SMs) blocks) and each block walks the row groups
-// g = blockIdx.x, g + gridDim.x, ... as a flat sequence of (group, pass) steps. Each weight
-// register is refilled with the next step's load as soon as its dot has consumed it, so a
-// block's loads stay in flight across pass and group boundaries (the warp-sum reduction and the
-// store of a finished group run while the next group's bytes arrive) instead of a block ending
-// and a fresh one starting with an empty pipeline; the first step's loads are issued before
-// pdl_wait(). Every block takes groups blockIdx.x + k x gridDim.x: equal shares up to one group.
-// The warp sums of consecutive groups alternate between two shared buffers, so one barrier per
-// group suffices. Same per-row summation order as gemv_q8r for the same T and U.
-#define GEMVP_THREADS 64
-#define GEMVP_BLOCKS_PER_SM 8
-
-template <typename D, int T, int R, int U>
-__device__ void gemv_q8p(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
-                         const float* __restrict__ xd, const float* __restrict__ xs,
-                         float* __restrict__ out, int rows, int cols) {
-    using F = typename D::Fmt;
-    __shared__ float part[2][T / 32][R];
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int nb = cols / D::QK, items = nb * D::TPB;
-    const int passes = (items + T * U - 1) / (T * U);
-    const int groups = (rows + R - 1) / R;
-    int g = blockIdx.x, pass = 0;
-    if (g >= groups) {
-        pdl_wait();
-        return;
-    }
-    const uint8_t *row[R], *aux[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) row_ptrs<F>(w, rows, nb, min(g * R + i, rows - 1), row[i], aux[i]);
-    typename D::Raw raw[U][R];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int it = tid + T * u;
-        if (it < items) {
-#pragma unroll
-            for (int i = 0; i < R; i++) raw[u][i] = D::load(row[i], aux[i], it / D::TPB, it % D::TPB);
-        }
-    }
-    // The loads above read weights only; the activation blocks come from the previous kernels.
-    pdl_wait();
-    const Q8Act a{xq, xd, xs};
-    float acc[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) acc[i] = 0.f;
-    int buf = 0;
-    while (true) {
-        // The step after (g, pass): the next pass of this group, or the first of the next group.
-        int ng = g, np = pass + 1;
-        if (np == passes) {
-            np = 0;
-            ng = g + gridDim.x;
-        }
-        const bool more = ng < groups;
-        const uint8_t *nrow[R], *naux[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            nrow[i] = row[i];
-            naux[i] = aux[i];
-            if (ng != g) row_ptrs<F>(w, rows, nb, min(ng * R + i, rows - 1), nrow[i], naux[i]);
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int it = pass * T * U + tid + T * u;
-            const int nit = np * T * U + tid + T * u;
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                if (it < items) acc[i] += D::dot(raw[u][i], it / D::TPB, it % D::TPB, a);
-                if (more && nit < items) raw[u][i] = D::load(nrow[i], naux[i], nit / D::TPB, nit % D::TPB);
-            }
-        }
-        if (np == 0) {
-            // Group g is complete: meet the warp sums (the next step's loads are in flight).
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                const float s = warp_sum(acc[i]);
-                if (lane == 0) part[buf][warp][i] = s;
-                acc[i] = 0.f;
-            }
-            __syncthreads();
-            if (tid < R && g * R + tid < rows) {
-                float s = 0.f;
-#pragma unroll
-                for (int k = 0; k < T / 32; k++) s += part[buf][k][tid];
-                out[g * R + tid] = s;
-            }
-            buf ^= 1;
-        }
-        if (!more) break;
-        g = ng;
-        pass = np;
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            row[i] = nrow[i];
-            aux[i] = naux[i];
-        }
-    }
-    pdl_trigger();
-}
-
-// Formats with 16-byte weight loads (repacked Q4_0/Q8_0/Q6_K, Q4_1's 4-byte words, Q4_K). Q4_0,
-// Q4_1 and Q4_K: 64 threads x 2 items cover a 4096-column row in one pass (128 items); Q8_0's
-// half blocks take two passes there; Q6_K (four 16-byte loads an item) one item per thread
-// and row. 8 blocks of 64 threads per SM (128 registers): 4 rows x 2 x 16 bytes in flight per
-// thread, 64 KB per SM.
-#define DEF_GEMV_Q8P(name, D, U)                                                              \
-    extern "C" __global__ void __launch_bounds__(GEMVP_THREADS, GEMVP_BLOCKS_PER_SM)          \
-        gemv_q8p_##name(                                                                       \
-        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
-        int rows, int cols) {                                                                  \
-        gemv_q8p<D, GEMVP_THREADS, 4, U>(w, xq, xd, xs, out, rows, cols);                      \
-    }
-DEF_GEMV_Q8P(q4_0, DotQ4_0, 2)
-DEF_GEMV_Q8P(q4_1, DotQ4_1, 2)
-DEF_GEMV_Q8P(q8_0, DotQ8_0, 2)
-DEF_GEMV_Q8P(q4_k, DotQ4_K, 2)
-DEF_GEMV_Q8P(q6_k, DotQ6_K, 1)
 
 // ---- 16-bit float weights, one activation row, K split over the block -----------------------
 // gemv_f's warp per row, one 32-byte decode per lane per step, is latency-bound on small matrices

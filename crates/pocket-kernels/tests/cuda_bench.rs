@@ -197,7 +197,6 @@ fn bench_gemv_q8_variants() {
         Q8Variant::Legacy,
         Q8Variant::Rows,
         Q8Variant::Rows64,
-        Q8Variant::Persistent,
         Q8Variant::Warp,
         Q8Variant::Row1,
         Q8Variant::Auto,

@@ -106,13 +106,11 @@ fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
 }
 
 /// Every one-row dp4a GEMV kernel (`set_q8_gemv_variant`: `gemv_q8r_*`, `gemv_q8r64_*`, the
-/// persistent `gemv_q8p_*`, the warp-per-row `gemv_q8w_*`, one row per block `gemv_q8r1_*`, and
-/// the auto and legacy choices among them) against the float64 dot and the CPU within their
-/// bounds, each repeating its result bit for bit. Shapes: 896 columns (one pass of every kernel,
-/// 28 or 56 items a row) and 4352 (17 super-blocks: `gemv_q8p_*` takes two passes of 128 items,
-/// Q8_0 three, the last partial), rows with a partial last group of 4. The persistent grid is
-/// capped at 7 blocks so each block walks several groups (the default grid is one resident
-/// wave, more blocks than these matrices have groups), then at 64.
+/// warp-per-row `gemv_q8w_*`, one row per block `gemv_q8r1_*`, and the auto and legacy choices
+/// among them) against the float64 dot and the CPU within their bounds, each repeating its
+/// result bit for bit. Shapes: 896 columns (one pass of every kernel, 28 or 56 items a row) and
+/// 4352 (17 super-blocks: 136 work items a row, Q8_0 272, so `gemv_q8r_*` takes a partial second
+/// pass for Q4_K, Q6_K and Q8_0), rows with a partial last group of 4.
 #[test]
 fn q8_gemv_variants_match_references_and_repeat_bit_for_bit() {
     let _choice = kernel_choice();
@@ -148,38 +146,31 @@ fn q8_gemv_variants_match_references_and_repeat_bit_for_bit() {
             let mut cpu = vec![0f32; rows];
             pocket_quant::matmul(&quant_matrix(t, rows, cols, &bytes), &x, 1, &mut cpu).unwrap();
             for v in Q8Variant::ALL {
-                for cap in [7usize, 64] {
-                    if cap == 64 && v != Q8Variant::Persistent {
-                        continue;
-                    }
-                    be.set_q8_gemv_variant(v);
-                    be.set_q8p_max_blocks(cap);
-                    let runs = gemv_twice(&be, &w, &x, rows);
-                    let what = format!(
-                        "{} [{rows}x{cols}] variant {} (grid cap {cap})",
-                        QuantFormat::Ggml(t).name(),
-                        v.name()
-                    );
-                    if !same_bits(&runs[0], &runs[1]) {
-                        failures.push(format!("{what}: repeated GEMVs differ"));
-                    }
-                    let worst = check_against_references(
-                        t,
-                        &what,
-                        &deq,
-                        &x,
-                        (1, rows, cols),
-                        &runs[0],
-                        &cpu,
-                        &mut failures,
-                    );
-                    eprintln!("{what}: worst error / bound = {worst:.3}");
+                be.set_q8_gemv_variant(v);
+                let runs = gemv_twice(&be, &w, &x, rows);
+                let what = format!(
+                    "{} [{rows}x{cols}] variant {}",
+                    QuantFormat::Ggml(t).name(),
+                    v.name()
+                );
+                if !same_bits(&runs[0], &runs[1]) {
+                    failures.push(format!("{what}: repeated GEMVs differ"));
                 }
+                let worst = check_against_references(
+                    t,
+                    &what,
+                    &deq,
+                    &x,
+                    (1, rows, cols),
+                    &runs[0],
+                    &cpu,
+                    &mut failures,
+                );
+                eprintln!("{what}: worst error / bound = {worst:.3}");
             }
         }
     }
     // Back to what the environment asks for (other tests of this binary may still run).
-    be.set_q8p_max_blocks(0);
     be.set_q8_gemv_variant(
         std::env::var("POCKET_GEMV_Q8")
             .ok()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU checks of CUDA kernel logic, no GPU needed (g++ with C++20):
-#  * dot_check: every dp4a work item (kernels/dot_q8.cuh and gemv.cu's Dot*) against the format's
+#  * dot_check: every dp4a work item (kernels/dot_q8.cuh and dot_formats.cuh) against the format's
 #    decode16 reference decoder, on random blocks and int8 activations.
 #  * attn_emu: the decode attention kernel (kernels/attention.cu, attn_decode) run with one host
 #    thread per CUDA thread (barriers for __syncthreads and shuffles) against an f64 reference.
@@ -20,8 +20,8 @@ src = open(f"{root}/kernels/common.cuh").read()
 fmt = src[src.index("// The 16 non-linear levels"):src.index("template <typename F> struct Repacked")]
 dot = open(f"{root}/kernels/dot_q8.cuh").read().replace('#pragma once\n#include "common.cuh"\n', "")
 dot = dot.replace("#if __CUDA_ARCH__ >= 610\n    return __dp4a(a, b, c);\n#else\n", "").replace("#endif\n}", "}", 1)
-g = open(f"{root}/kernels/gemv.cu").read()
-gdots = g[g.index("struct DotQ4_0 {"):g.index("// Work items each lane loads before computing")]
+gdots = open(f"{root}/kernels/dot_formats.cuh").read()
+gdots = gdots[gdots.index("struct DotQ4_0 {"):]
 open(f"{work}/dots.h", "w").write('#pragma once\n#include "shim.h"\n' + fmt + dot + gdots)
 a = open(f"{root}/kernels/attention.cu").read()
 args = a[a.index("struct AttnArgs {"):a.index("template <typename T>\n__device__ void attention(")]

@@ -5,12 +5,6 @@ use super::kernels::{DevFormat, Kernel, Q8Gemv, Q8Variant, Rows};
 use super::matmul::{rows64_max_cols, split_gemv, warp_per_row, GEMVR_ROWS, GEMV_WARPS};
 use super::CudaBackend;
 
-/// Weight rows per group of the persistent one-row GEMV `gemv_q8p_*` (kernels/gemv.cu).
-const GEMVP_ROWS: usize = 4;
-/// Threads of a `gemv_q8p_*` block and the blocks resident per SM (GEMVP_THREADS,
-/// GEMVP_BLOCKS_PER_SM in kernels/gemv.cu: its launch bounds guarantee them).
-const GEMVP_THREADS: u32 = 64;
-const GEMVP_BLOCKS_PER_SM: usize = 8;
 /// Rows below which a Q4_K matrix takes one row per block (`gemv_q8r1_*`).
 const SMALL_MATRIX_ROWS: usize = 2048;
 /// Widest rows (in work items) the warp-per-row `gemv_q8w_*` serves by default: two per lane.
@@ -23,7 +17,7 @@ const WARP_MIN_ROWS: usize = 4096;
 static Q8_VARIANT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// The one-row dp4a GEMV variant: [`CudaBackend::set_q8_gemv_variant`], else `POCKET_GEMV_Q8`
-/// (auto, legacy, r, r64, p, w, r1; an unknown name is `auto`).
+/// (auto, legacy, r, r64, w, r1; an unknown name is `auto`).
 pub(crate) fn q8_variant() -> Q8Variant {
     use std::sync::atomic::Ordering::Relaxed;
     match Q8_VARIANT.load(Relaxed) {
@@ -69,20 +63,11 @@ impl CudaBackend {
         let k = if warp_per_row() {
             Kernel::GemvQ8(q, Rows::One)
         } else {
-            q8_one_row(self, q, rows, cols).0
+            q8_one_row(q, rows, cols).0
         };
         Some(k.symbol().1)
     }
-
-    /// Caps the grid of the persistent GEMV `gemv_q8p_*` at `blocks` (0: one resident wave, the
-    /// default), process-wide: lets tests give each block several row groups on small matrices.
-    pub fn set_q8p_max_blocks(&self, blocks: usize) {
-        Q8P_MAX_BLOCKS.store(blocks, std::sync::atomic::Ordering::Relaxed);
-    }
 }
-
-/// [`CudaBackend::set_q8p_max_blocks`]'s cap (0: none).
-static Q8P_MAX_BLOCKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The one-row dp4a GEMV launch for a `rows x cols` matrix of `q`: kernel, grid, block threads.
 /// `Auto` follows the H200 measurement of every variant on the 8B, Qwen2.5-0.5B and SmolLM2
@@ -91,8 +76,9 @@ static Q8P_MAX_BLOCKS: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomi
 /// * `gemv_q8r_*` (4 rows per 128-thread block) by default: it matched or beat every other
 ///   variant on the 8B shapes of Q4_0, Q4_K, Q8_0 and the Q6_K LM head (1.06-1.12x the 64-thread
 ///   `gemv_q8r64_*` on Q4_0, 1.07-1.11x on Qwen2.5's Q8_0), and on the small models' square
-///   matrices. The persistent `gemv_q8p_*` lost on every shape (0.56-0.91x): one resident wave
-///   of blocks walking groups keeps fewer bytes in flight than a grid of short-lived blocks.
+///   matrices. A persistent grid over row groups (`gemv_q8p_*`, measured there) lost on every
+///   shape (0.56-0.91x): one resident wave of blocks walking groups kept fewer bytes in flight
+///   than a grid of short-lived blocks; it was removed.
 /// * Q5_0 rows of <= 64 work items in tall matrices (>= 4096 rows): a warp per row, 7.1 against
 ///   9.6 us on Qwen2.5's 9728 x 896 gate|up (the Q5_0 item is not a 16-byte load, so 4 rows per
 ///   thread chain slow loads).
@@ -100,27 +86,12 @@ static Q8P_MAX_BLOCKS: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomi
 ///   against 3.5 us on Qwen2.5's 896 x 4864 down projection.
 ///
 /// `POCKET_GEMV_SPLIT=0` keeps the legacy choice (session 3's, `POCKET_GEMV_Q8=legacy`).
-pub(super) fn q8_one_row(
-    be: &CudaBackend,
-    q: Q8Gemv,
-    rows: usize,
-    cols: usize,
-) -> (Kernel, u32, u32) {
+pub(super) fn q8_one_row(q: Q8Gemv, rows: usize, cols: usize) -> (Kernel, u32, u32) {
     let items = q.items_per_row(cols);
     let groups = rows.div_ceil(GEMVR_ROWS);
     let rows4 = (Kernel::GemvQ8Rows(q), groups as u32, 128);
     let warp = (Kernel::GemvQ8Warp(q), rows.div_ceil(GEMV_WARPS) as u32, 128);
     let row1 = (Kernel::GemvQ8Row1(q), rows as u32, 128);
-    let resident = GEMVP_BLOCKS_PER_SM * be.sm_count().max(1) as usize;
-    let cap = match Q8P_MAX_BLOCKS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => resident,
-        c => c,
-    };
-    let persist = (
-        Kernel::GemvQ8Persist(q),
-        rows.div_ceil(GEMVP_ROWS).min(cap) as u32,
-        GEMVP_THREADS,
-    );
     let legacy = if q.prefers_warp_per_row() {
         warp
     } else if cols <= rows64_max_cols(q) && split_gemv() {
@@ -139,8 +110,6 @@ pub(super) fn q8_one_row(
             (Kernel::GemvQ8Rows64(q), groups as u32, 64)
         }
         Q8Variant::Rows64 => rows4,
-        Q8Variant::Persistent if q.has_persistent() => persist,
-        Q8Variant::Persistent => rows4,
         Q8Variant::Warp => warp,
         Q8Variant::Row1 => row1,
         Q8Variant::Auto => {

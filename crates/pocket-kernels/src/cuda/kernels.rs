@@ -12,6 +12,9 @@ use super::artifacts::ModuleId;
 use super::memory::cuda_err;
 use crate::{DType, KernelError, Result};
 
+mod pdl;
+pub use pdl::{pdl_aware, pdl_pattern_matches, PDL_AWARE};
+
 /// A weight format with a device decoder (`kernels/common.cuh`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types, missing_docs)]
@@ -142,15 +145,6 @@ impl Q8Gemv {
         matches!(self, Q8Gemv::Q3_K)
     }
 
-    /// Whether the persistent one-row kernel `gemv_q8p_*` (kernels/gemv.cu) is built: the
-    /// formats with 16-byte weight loads.
-    pub fn has_persistent(self) -> bool {
-        matches!(
-            self,
-            Q8Gemv::Q4_0 | Q8Gemv::Q4_1 | Q8Gemv::Q8_0 | Q8Gemv::Q4_K | Q8Gemv::Q6_K
-        )
-    }
-
     /// dp4a work items in one weight row of `cols` (kernels/gemv.cu `D::TPB` per block): one per
     /// 32 columns, two for Q8_0 (half blocks of 16 bytes).
     pub fn items_per_row(self, cols: usize) -> usize {
@@ -177,9 +171,9 @@ impl Q8Gemv {
 /// not built for the format or shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Q8Variant {
-    /// Per shape: `gemv_q8w_*` for rows of <= 64 work items (under 16384 rows; taller ones
-    /// `Legacy`), `gemv_q8p_*` for matrices of several waves or column passes, `gemv_q8r1_*` for
-    /// other matrices under 2048 rows, else `gemv_q8r_*` (`POCKET_GEMV_Q8=auto`, the default).
+    /// Per shape (`gemv_q8::q8_one_row`): `gemv_q8w_*` for Q3_K and for Q5_0 rows of <= 64 work
+    /// items in matrices of >= 4096 rows, `gemv_q8r1_*` for Q4_K matrices under 2048 rows with
+    /// rows past 64 items, else `gemv_q8r_*` (`POCKET_GEMV_Q8=auto`, the default).
     Auto,
     /// The session-3 choice: `gemv_q8r64_*` for narrow Q4_0/Q4_1/Q8_0 rows, a warp per row for
     /// Q3_K (now the PDL-aware `gemv_q8w_*`, same arithmetic), else `gemv_q8r_*` (`legacy`).
@@ -188,8 +182,6 @@ pub enum Q8Variant {
     Rows,
     /// `gemv_q8r64_*`: 4 rows per 64-thread block, rows of one pass only (`r64`).
     Rows64,
-    /// `gemv_q8p_*`: persistent grid over 4-row groups, loads pipelined across groups (`p`).
-    Persistent,
     /// `gemv_q8w_*`: a warp per row, PDL-aware (`w`).
     Warp,
     /// `gemv_q8r1_*`: one row per 128-thread block (`r1`).
@@ -198,12 +190,11 @@ pub enum Q8Variant {
 
 impl Q8Variant {
     /// Every variant, in the order of their `POCKET_GEMV_Q8` names.
-    pub const ALL: [Q8Variant; 7] = [
+    pub const ALL: [Q8Variant; 6] = [
         Q8Variant::Auto,
         Q8Variant::Legacy,
         Q8Variant::Rows,
         Q8Variant::Rows64,
-        Q8Variant::Persistent,
         Q8Variant::Warp,
         Q8Variant::Row1,
     ];
@@ -215,7 +206,6 @@ impl Q8Variant {
             Q8Variant::Legacy => "legacy",
             Q8Variant::Rows => "r",
             Q8Variant::Rows64 => "r64",
-            Q8Variant::Persistent => "p",
             Q8Variant::Warp => "w",
             Q8Variant::Row1 => "r1",
         }
@@ -311,8 +301,6 @@ pub enum Kernel {
     GemvQ8Warp(Q8Gemv),
     /// One activation row, one weight row per 128-thread block (small matrices).
     GemvQ8Row1(Q8Gemv),
-    /// One activation row, a persistent grid over 4-row groups (large matrices).
-    GemvQ8Persist(Q8Gemv),
     /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
     Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
@@ -445,7 +433,6 @@ impl Kernel {
             Kernel::GemvQ8Rows64(f) => (M::Gemv, q8_table!(f, "gemv_q8r64_", "")),
             Kernel::GemvQ8Warp(f) => (M::Gemv, q8_table!(f, "gemv_q8w_", "")),
             Kernel::GemvQ8Row1(f) => (M::Gemv, q8_table!(f, "gemv_q8r1_", "")),
-            Kernel::GemvQ8Persist(f) => (M::Gemv, q8_table!(f, "gemv_q8p_", "")),
             Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),
@@ -467,87 +454,6 @@ impl Kernel {
                 },
             ),
         }
-    }
-}
-
-/// Kernels that may be launched with programmatic dependent launch: each calls `pdl_wait()`
-/// (kernels/common.cuh) in every block that does work, before it reads anything an earlier
-/// kernel of the step wrote and before any global write (only weights and shapes are read
-/// before it). An entry is a module and a symbol, where one `*` matches any run of characters.
-/// `tests/pdl_marking.rs` checks every matching kernel of the sm_90 cubin: it must execute the
-/// wait and store nothing to global memory before it.
-pub const PDL_AWARE: &[(ModuleId, &str)] = &[
-    (ModuleId::Elementwise, "add_bias"),
-    (ModuleId::Elementwise, "add_assign"),
-    (ModuleId::Elementwise, "silu_mul"),
-    (ModuleId::Elementwise, "silu_mul_q8"),
-    (ModuleId::Elementwise, "gather_rows"),
-    (ModuleId::Elementwise, "rope"),
-    (ModuleId::Elementwise, "kv_write_*"),
-    (ModuleId::Elementwise, "embed_*"),
-    (ModuleId::Elementwise, "dequant_f16_*"),
-    (ModuleId::Elementwise, "f32_to_f16"),
-    (ModuleId::Elementwise, "act_q8_f16"),
-    (ModuleId::Elementwise, "act_q8k_f16"),
-    (ModuleId::QkvRope, "qkv_rope_kv_write_*"),
-    (ModuleId::Norm, "rms_norm"),
-    (ModuleId::Norm, "add_rms_norm"),
-    (ModuleId::Norm, "rms_norm_q8"),
-    (ModuleId::Norm, "add_rms_norm_q8"),
-    (ModuleId::Split, "split_columns3"),
-    (ModuleId::Split, "silu_mul_halves"),
-    (ModuleId::Split, "silu_mul_halves_q8"),
-    (ModuleId::Argmax, "argmax_rows"),
-    (ModuleId::Sample, "sample_rows"),
-    // attn_<cache>, attn_dec_* and attn_combine.
-    (ModuleId::Attention, "attn_*"),
-    (ModuleId::AttentionPrefill, "attn_prefill_*"),
-    // gemv_q8r_*, gemv_q8r64_* and gemv_q8r1_*.
-    (ModuleId::Gemv, "gemv_q8r*"),
-    (ModuleId::Gemv, "gemv_q8w_*"),
-    (ModuleId::Gemv, "gemv_q8p_*"),
-    (ModuleId::Gemv, "gemv_h_*"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1k2"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1k4"),
-    // The other one-row FP8 variants (one template with the two above): `_n1`, `_n1w8`, and
-    // the `_bits` decode of all four.
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
-    (ModuleId::Deltanet, "causal_conv1d_silu"),
-    (ModuleId::Deltanet, "delta_gates"),
-    (ModuleId::Deltanet, "gated_delta_rule"),
-    (ModuleId::Deltanet, "gated_rms_norm"),
-    (ModuleId::Deltanet, "split_halves"),
-    (ModuleId::Deltanet, "sigmoid_mul"),
-    (ModuleId::Deltanet, "delta_chunk_prep"),
-    (ModuleId::Deltanet, "delta_chunk_scan"),
-];
-
-/// Whether kernel `symbol` of module `m` is in [`PDL_AWARE`].
-pub fn pdl_aware(m: ModuleId, symbol: &str) -> bool {
-    PDL_AWARE
-        .iter()
-        .any(|&(em, pat)| em == m && pdl_pattern_matches(pat, symbol))
-}
-
-/// Whether a [`PDL_AWARE`] pattern (a symbol, or one with a single `*`) matches `symbol`.
-pub fn pdl_pattern_matches(pat: &str, symbol: &str) -> bool {
-    match pat.split_once('*') {
-        Some((head, tail)) => {
-            symbol.len() >= head.len() + tail.len()
-                && symbol.starts_with(head)
-                && symbol.ends_with(tail)
-        }
-        None => symbol == pat,
-    }
-}
-
-impl Kernel {
-    /// Whether this kernel may be launched with programmatic dependent launch ([`PDL_AWARE`]).
-    pub fn pdl_aware(self) -> bool {
-        let (m, sym) = self.symbol();
-        pdl_aware(m, sym)
     }
 }
 

@@ -312,7 +312,7 @@ fn gemv(
             // The kind the CPU pairs with this format (bit-identical int8 blocks).
             let (xq, xd, xs) = bufs.kind(q.act_k());
             if m == 1 && !warp_per_row() {
-                let (k, blocks, threads) = q8_one_row(be, q, rows, cols);
+                let (k, blocks, threads) = q8_one_row(q, rows, cols);
                 return be.launch(
                     OP,
                     k,
