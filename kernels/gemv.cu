@@ -12,7 +12,7 @@
 //  * gemv_q8r_<fmt>: the n = 1 default, the same work items with 4 rows per 128-thread block and
 //    the columns split over the whole block (see below).
 //
-//  * n = 1 variants of the dp4a GEMV, chosen per shape by the host (matmul.rs `q8_one_row`) or
+//  * n = 1 variants of the dp4a GEMV, chosen per shape by the host (gemv_q8.rs `q8_one_row`) or
 //    forced for A/B with POCKET_GEMV_Q8 = r (gemv_q8r_*), r64 (gemv_q8r64_*, 64 threads),
 //    w (gemv_q8w_*, a warp per row), r1 (gemv_q8r1_*, one row per block), legacy (the session-3
 //    choice) or auto. A persistent grid over row groups with loads pipelined across groups
