@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "f3bdee4e15c04b0b564acf75e3b4f8a42f668e8cbc3dddb3a91d3e7d039020d8";
+    "8c02f62fccd7f030f3210cd804bec073701fae63218832d632f58732127c7537";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
