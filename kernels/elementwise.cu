@@ -5,7 +5,7 @@
 // before it reads an activation, index or position (any of which an earlier kernel may write)
 // and before its first global write, then pdl_trigger() so the next kernel can launch while
 // this one finishes. Only weights (bias, embedding and dequantized matrices) are read before the
-// wait. Every kernel is listed in kernels.rs PDL_AWARE; tests/pdl_marking.rs checks the cubin.
+// wait. Every kernel is listed in cuda/kernels/pdl.rs PDL_AWARE; tests/pdl_marking.rs checks the cubin.
 #include "common.cuh"
 
 extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ b, size_t total, int m) {

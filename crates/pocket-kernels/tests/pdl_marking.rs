@@ -1,4 +1,4 @@
-//! Every kernel marked PDL-aware (`kernels.rs` `PDL_AWARE`) really waits on its predecessor.
+//! Every kernel marked PDL-aware (`cuda/kernels/pdl.rs` `PDL_AWARE`) really waits on its predecessor.
 //!
 //! A kernel launched with programmatic stream serialization may start while the previous kernel
 //! still runs; only its `pdl_wait()` (`griddepcontrol.wait`) orders it after that kernel. Marking

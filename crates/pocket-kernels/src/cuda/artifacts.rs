@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "8c02f62fccd7f030f3210cd804bec073701fae63218832d632f58732127c7537";
+    "281000118c08212c3ad40f85da2724ff12cd1273db6bd40328aa72266c34aea4";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
