@@ -1,9 +1,10 @@
 //! GPU microbenchmarks (ignored by default; the device run script runs them with `--ignored`):
 //! decode GEMV bandwidth per format at 8B-model shapes, and the cuBLAS prefill GEMM.
 //!
-//! Timing: CUDA events around each launch after a warm-up, median of the repeats. The weight
-//! rotates among enough copies to exceed three times the 60 MB L2, so every launch reads its
-//! weight from HBM. Bandwidth counts the weight bytes read (the activation and output are tiny).
+//! Timing: `bench::time_ms` (warm-up calls, then batches of 10 back-to-back calls between CUDA
+//! events; the median batch time per call). The weight rotates among enough copies to exceed
+//! three times the 60 MB L2, so every launch reads its weight from HBM. Bandwidth counts the
+//! weight bytes read (the activation and output are tiny).
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::CudaBackend;
@@ -13,7 +14,7 @@ use pocket_quant::{GgmlType, QuantFormat};
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{random_bytes, time_ms, variant_label, ROOF_TBPS};
+use bench::{capture, random_bytes, time_ms, variant_label, ROOF_TBPS};
 
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
@@ -242,12 +243,11 @@ fn bench_gemv_q8_variants() {
                 let eager = time_ms(&be, 5, 60, |i| {
                     be.matmul(&xt, &ws[i % copies], &mut out).unwrap()
                 });
-                be.synchronize().unwrap();
-                be.begin_capture().unwrap();
-                for i in 0..per_graph {
-                    be.matmul(&xt, &ws[i % copies], &mut out).unwrap();
-                }
-                let g = be.end_capture().unwrap();
+                let g = capture(&be, || {
+                    for i in 0..per_graph {
+                        be.matmul(&xt, &ws[i % copies], &mut out).unwrap();
+                    }
+                });
                 let graph = time_ms(&be, 2, 10, |_| g.replay().unwrap()) / per_graph as f64;
                 timed.push((sym, eager, graph));
                 (sym, eager, graph)
@@ -328,10 +328,7 @@ fn bench_decode_step_q8_variants() {
         let mut base = None;
         for v in [Q8Variant::Legacy, Q8Variant::Auto] {
             be.set_q8_gemv_variant(v);
-            be.synchronize().unwrap();
-            be.begin_capture().unwrap();
-            st.run(&be);
-            let g = be.end_capture().unwrap();
+            let g = capture(&be, || st.run(&be));
             let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
             let b = *base.get_or_insert(graph);
             let line = format!(
@@ -382,10 +379,7 @@ fn bench_decode_step_8b() {
         let (fused, mode) = (variant_label() == "fused", variant_label());
         be.set_fused_gemv(fused);
         let eager = time_ms(&be, 2, 10, |_| st.run(&be));
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let g = be.end_capture().unwrap();
+        let g = capture(&be, || st.run(&be));
         let graph = time_ms(&be, 3, 20, |_| g.replay().unwrap());
         let gb = st.weight_bytes as f64 / 1e9;
         let roof_ms = st.weight_bytes as f64 / (ROOF_TBPS * 1e12) * 1e3;

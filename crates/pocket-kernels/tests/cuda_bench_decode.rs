@@ -1,8 +1,8 @@
 //! GPU microbenchmarks of the decode step's pieces at the shapes of the 2026-11-30 Nsight profile
 //! (ignored by default; the device run script runs them with `--ignored`, `BENCH_FILTER` picks
-//! some): split-column GEMVs, the chunked delta rule, decode attention per model shape, the 8B
-//! step with and without programmatic dependent launch, the fused attention-input op, and the
-//! small per-layer kernels. Timing as in `cuda_bench.rs` (CUDA events, warm-up, medians).
+//! some): split-column GEMVs, the chunked delta rule, the 8B step with and without programmatic
+//! dependent launch, the fused attention-input op, and the small per-layer kernels (decode
+//! attention per model shape is in `cuda_bench_attn_decode.rs`). Timing: `bench::time_ms`.
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::CudaBackend;
@@ -12,7 +12,7 @@ use pocket_quant::{GgmlType, QuantFormat};
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{random_bytes, time_ms, ROOF_TBPS};
+use bench::{capture, random_bytes, time_ms, ROOF_TBPS};
 
 #[path = "cuda_common/step.rs"]
 mod step;
@@ -276,85 +276,6 @@ fn bench_delta_rule_prefill() {
     }
 }
 
-/// Decode attention at the engine's shapes (f32 cache, one sequence) from a 1-token context to
-/// 32k: Llama-3-8B (32/8 heads, head_dim 128), Qwen2.5-0.5B (14/2, group 7, head_dim 64) and
-/// Qwen3.5-27B (24/4, group 6, head_dim 256). Two times per case: `max_seq_len` exact (eager
-/// steps) and the decode graph's context bucket (next power of two, at least 256), for which the
-/// split count is sized. Bandwidth counts the K and V bytes of the context once; up to ~4k keys
-/// they stay in the 60 MB L2 between calls, so those GB/s are not HBM figures. Run once per
-/// `POCKET_ATTN` (unset: the decode kernel; `generic`: the per-head kernel) to compare.
-#[test]
-#[ignore = "GPU benchmark: run with --ignored on the device machine"]
-fn bench_attention_decode_shapes() {
-    use pocket_kernels::{AttentionMeta, AttentionParams};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
-    let mode = std::env::var("POCKET_ATTN").unwrap_or_else(|_| "current".into());
-    let bs = 16usize;
-    let ctxs = [1usize, 16, 128, 640, 4096, 32768];
-    let max_ctx = *ctxs.iter().max().unwrap();
-    let mut lines = Vec::new();
-    for (name, heads, kvh, hd) in [
-        ("8B", 32usize, 8usize, 128usize),
-        ("Qwen2.5-0.5B", 14, 2, 64),
-        ("Qwen3.5-27B", 24, 4, 256),
-    ] {
-        let nblocks = max_ctx / bs;
-        let kc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let vc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let tables: Vec<u32> = (0..nblocks as u32).collect();
-        let p = AttentionParams {
-            num_heads: heads,
-            num_kv_heads: kvh,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            sliding_window: None,
-            softcap: None,
-        };
-        let q = be
-            .upload_f32(&vec![0.01; heads * hd], &[1, heads, hd])
-            .unwrap();
-        let mut out = be.alloc(DType::F32, &[1, heads, hd]).unwrap();
-        for &ctx in &ctxs {
-            let mut us = [0.0f64; 2];
-            let bucket = ctx.next_power_of_two().max(256);
-            for (t, bound) in [ctx, bucket].into_iter().enumerate() {
-                let meta = AttentionMeta {
-                    query_start: be.upload_u32(&[0, 1], &[2]).unwrap(),
-                    seq_lens: be.upload_u32(&[ctx as u32], &[1]).unwrap(),
-                    block_tables: be.upload_u32(&tables, &[1, nblocks]).unwrap(),
-                    slot_mapping: be.upload_u32(&[0], &[1]).unwrap(),
-                    num_seqs: 1,
-                    max_seq_len: bound,
-                };
-                us[t] = 1e3
-                    * time_ms(&be, 3, 50, |_| {
-                        be.attention(&q, &kc, &vc, &meta, &p, &mut out).unwrap()
-                    });
-            }
-            let gb = (2 * ctx * kvh * hd * 4) as f64 / 1e9;
-            let line = format!(
-                "attn decode f32 {name:12} {heads:2}/{kvh} hd {hd:3} ctx {ctx:5} {mode:7}: exact {:7.1} us ({:7.1} GB/s), bucket {bucket:5} {:7.1} us ({:7.1} GB/s)",
-                us[0],
-                gb / (us[0] * 1e-6),
-                us[1],
-                gb / (us[1] * 1e-6)
-            );
-            println!("{line}");
-            lines.push(line);
-        }
-    }
-    println!("\n==== summary: decode attention shapes ({mode}) ====");
-    for l in lines {
-        println!("{l}");
-    }
-}
-
 /// Programmatic dependent launch A/B on the whole 8B decode step (Q4_0 layers, Q6_K output):
 /// the same step with PDL on and off, eager and as a graph, alternating the two settings so
 /// clock drift hits both alike. Skipped where PDL is unsupported.
@@ -377,10 +298,7 @@ fn bench_decode_step_8b_pdl() {
     for on in [false, true] {
         be.set_pdl(on);
         st.run(&be);
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let g = be.end_capture().unwrap();
+        let g = capture(&be, || st.run(&be));
         let (prog, edges) = g.edge_counts().unwrap();
         println!("pdl {on}: graph of {edges} edges, {prog} programmatic");
         graphs.push(g);
@@ -599,86 +517,6 @@ fn bench_small_decode_kernels() {
         println!("{}", lines.last().unwrap());
     }
     println!("\n==== summary: small decode kernels ({label}) ====");
-    for l in lines {
-        println!("{l}");
-    }
-}
-
-/// Decode attention at short contexts (1 to 256 keys, the graph's smallest context bucket of
-/// 256 as the split bound), one block per KV head serving the whole GQA group (`old`,
-/// `set_attn_heads_per_block(0)`, as `POCKET_ATTN_HEADS=0`) against one or two query heads per
-/// block (`h1`, the default, and `h2`; at head_dim 64 these run unsplit, so no attn_combine
-/// launch, while `old` splits by 32 keys), alternating per shape. Shapes of the session-4 profile:
-/// SmolLM2-135M (9/3 heads, head_dim 64), Qwen2.5-0.5B (14/2, 64), Llama-3-8B (32/8, 128) and
-/// Qwen3.5-27B (24/4, 256); f32 caches as the profiled runs. Back-to-back launches, so each
-/// figure is at least the launch interval.
-#[test]
-#[ignore = "GPU benchmark: run with --ignored on the device machine"]
-fn bench_attention_decode_head_split() {
-    use pocket_kernels::{AttentionMeta, AttentionParams};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
-    let bs = 16usize;
-    let bucket = 256usize;
-    let mut lines = Vec::new();
-    for (name, heads, kvh, hd) in [
-        ("SmolLM2-135M", 9usize, 3usize, 64usize),
-        ("Qwen2.5-0.5B", 14, 2, 64),
-        ("8B", 32, 8, 128),
-        ("Qwen3.5-27B", 24, 4, 256),
-    ] {
-        let nblocks = bucket / bs;
-        let kc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let vc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let tables: Vec<u32> = (0..nblocks as u32).collect();
-        let p = AttentionParams {
-            num_heads: heads,
-            num_kv_heads: kvh,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            sliding_window: None,
-            softcap: None,
-        };
-        let q = be
-            .upload_f32(&vec![0.01; heads * hd], &[1, heads, hd])
-            .unwrap();
-        let mut out = be.alloc(DType::F32, &[1, heads, hd]).unwrap();
-        for ctx in [1usize, 5, 16, 64, 256] {
-            let meta = AttentionMeta {
-                query_start: be.upload_u32(&[0, 1], &[2]).unwrap(),
-                seq_lens: be.upload_u32(&[ctx as u32], &[1]).unwrap(),
-                block_tables: be.upload_u32(&tables, &[1, nblocks]).unwrap(),
-                slot_mapping: be.upload_u32(&[0], &[1]).unwrap(),
-                num_seqs: 1,
-                max_seq_len: bucket,
-            };
-            let mut us = [0.0f64; 3];
-            for round in 0..2 {
-                for (i, h) in [0usize, 1, 2].into_iter().enumerate() {
-                    be.set_attn_heads_per_block(h);
-                    let t = 1e3
-                        * time_ms(&be, 3, 100, |_| {
-                            be.attention(&q, &kc, &vc, &meta, &p, &mut out).unwrap()
-                        });
-                    // The better of two rounds, so clock drift hits all three alike.
-                    us[i] = if round == 0 { t } else { us[i].min(t) };
-                }
-            }
-            let line = format!(
-                "attn heads/block {name:12} {heads:2}/{kvh} hd {hd:3} ctx {ctx:3} (bound {bucket}): old {:6.2} us  h1 {:6.2} us  h2 {:6.2} us",
-                us[0], us[1], us[2]
-            );
-            println!("{line}");
-            lines.push(line);
-        }
-    }
-    be.set_attn_heads_per_block(1);
-    println!("\n==== summary: decode attention heads per block ====");
     for l in lines {
         println!("{l}");
     }

@@ -1,8 +1,11 @@
-//! Shared by the GPU benchmark binaries (cuda_bench, cuda_bench_decode): the copy-bandwidth
-//! ceiling, random weight blocks, and CUDA-event timing.
+//! Shared by the GPU benchmark binaries (every tests/cuda_bench*.rs): the copy-bandwidth
+//! ceiling, random weight blocks, CUDA-graph capture, and the one CUDA-event timing loop
+//! (`time_ms`) that every bench times with.
 #![allow(dead_code)]
 
+use pocket_kernels::cuda::graph::StepGraph;
 use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::Backend;
 use pocket_quant::{GgmlType, QuantFormat};
 
 /// Copy bandwidth of the H200 measured on the device machine (read + write), docs/…/cuda-kernels.md.
@@ -101,4 +104,13 @@ pub fn time_ms(be: &CudaBackend, warm: usize, reps: usize, mut f: impl FnMut(usi
         times.push(a.elapsed_ms(&b).unwrap() / per as f32);
     }
     median(times)
+}
+
+/// The ops `f` launches, captured into one CUDA graph; the stream is drained first so no earlier
+/// launch is still in flight when capture starts. Time its replays with `time_ms`.
+pub fn capture(be: &CudaBackend, f: impl FnOnce()) -> StepGraph {
+    be.synchronize().unwrap();
+    be.begin_capture().unwrap();
+    f();
+    be.end_capture().unwrap()
 }
