@@ -27,7 +27,7 @@
 mod support;
 
 use pocket_formats::GgmlType;
-use support::{data, reference, run, write_f32_checkpoint, write_gguf, Case, Logits};
+use support::{data, logit_range, reference, run, write_f32_checkpoint, write_gguf, Case, Logits};
 
 const EXACT: f32 = 1e-3;
 
@@ -35,15 +35,8 @@ fn exact(_: &[f32]) -> f32 {
     EXACT
 }
 
-fn range(want: &[f32]) -> f32 {
-    let (lo, hi) = want
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
-    hi - lo
-}
-
 fn q8_tol(want: &[f32]) -> f32 {
-    0.03 * range(want)
+    0.03 * logit_range(want)
 }
 
 fn f32_logits(c: &Case) -> &Logits {

@@ -27,7 +27,7 @@ mod support;
 use pocket_formats::GgmlType;
 use pocket_kernels::Device;
 use pocket_quant::QuantFormat;
-use support::{cases, compare, hf_tensors, run_model, write_gguf, Logits};
+use support::{cases, compare, hf_tensors, logit_range, run_model, write_gguf, Logits};
 
 /// Relative RMS error `sqrt(Σ(q(w) - w)² / Σw²)` over every matrix of the fixture.
 fn weight_rel_rmse(fixture: &str, ty: GgmlType) -> f64 {
@@ -60,13 +60,6 @@ fn rms_diff(a: &[Logits], b: &[Logits]) -> f64 {
         }
     }
     (s / n as f64).sqrt()
-}
-
-fn range(want: &[f32]) -> f32 {
-    let (lo, hi) = want
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
-    hi - lo
 }
 
 fn q4_k(fixture: &str) {
@@ -104,7 +97,7 @@ fn q4_k(fixture: &str) {
         });
         // 2. Activations.
         let q = run_model(&quant, fixture, &dev);
-        let act_tol = |want: &[f32]| 0.04 * range(want);
+        let act_tol = |want: &[f32]| 0.04 * logit_range(want);
         compare(&format!("{what}, Q8_K activations"), &q, &w4, &act_tol);
         // 3. End to end.
         compare(&format!("{what}, end to end"), &q, &f32_ref, &|want| {

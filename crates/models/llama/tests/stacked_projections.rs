@@ -17,7 +17,9 @@ use pocket_formats::{GgmlType, TensorStore};
 use pocket_kernels::{DType, Device};
 use pocket_layers::{KvCache, Model};
 use pocket_model_llama::{LlamaModel, LoadOptions};
-use support::{cases, compare, write_f32_checkpoint, write_gguf, Logits};
+use support::{
+    cases, compare, logit_range, teacher_forced, write_f32_checkpoint, write_gguf, Logits,
+};
 
 /// The fixture's prompts as one batch (prefill, then teacher-forced decode), per prompt and step.
 fn run(path: &Path, fixture: &str, dev: &Device, stack: bool) -> Vec<Logits> {
@@ -34,30 +36,7 @@ fn run(path: &Path, fixture: &str, dev: &Device, stack: bool) -> Vec<Logits> {
     );
     let cfg = model.info().kv_cache_config(1024, 256, DType::F32);
     let mut cache = KvCache::new(dev, cfg).unwrap();
-    let vocab = model.info().vocab_size;
-    let mut out = vec![Vec::new(); cases.len()];
-    for step in 0..=cases[0].tokens.len() {
-        let inputs: Vec<Vec<u32>> = cases
-            .iter()
-            .map(|c| match step {
-                0 => c.prompt.clone(),
-                _ => vec![c.tokens[step - 1]],
-            })
-            .collect();
-        let entries: Vec<(u64, &[u32])> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (i as u64, t.as_slice()))
-            .collect();
-        let plan = cache.plan(&entries).unwrap();
-        let got = dev
-            .read_f32(model.forward(&plan, &mut cache).unwrap())
-            .unwrap();
-        for (i, o) in out.iter_mut().enumerate() {
-            o.push(got[i * vocab..(i + 1) * vocab].to_vec());
-        }
-    }
-    out
+    teacher_forced(&mut model, &mut cache, dev, &cases)
 }
 
 /// Largest |Δ| between two runs.
@@ -72,10 +51,7 @@ fn max_diff(a: &[Logits], b: &[Logits]) -> f32 {
 
 /// 3% of a step's logit range: `hf_parity.rs`'s bound for int8-rounded activations.
 fn q8_tol(want: &[f32]) -> f32 {
-    let (lo, hi) = want
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
-    0.03 * (hi - lo)
+    0.03 * logit_range(want)
 }
 
 fn check(path: &Path, fixture: &str, what: &str) {

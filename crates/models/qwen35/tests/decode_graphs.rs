@@ -15,22 +15,19 @@
 //! graph model feed all three. Build with `--features pocket-kernels/cuda` for the CUDA part;
 //! without a GPU only the CPU runs.
 
+#[path = "../../hf_parity_support.rs"]
+mod parity;
+
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parity::data;
 use pocket_formats::TensorStore;
 use pocket_kernels::device::Graph;
 use pocket_kernels::{DType, Device};
 use pocket_layers::model::DECODE_PAD_SEQ_ID;
 use pocket_layers::{BatchPlan, KvCache, Model, SeqId};
 use pocket_model_qwen35::{LoadOptions, Qwen35Model};
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
 
 fn load(name: &str, dev: &Device) -> (Qwen35Model, KvCache) {
     let store = Arc::new(TensorStore::open(data(name)).unwrap());

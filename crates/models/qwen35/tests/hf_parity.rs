@@ -19,63 +19,20 @@
 //! ~5e-3 on these logits); it is tested against the CPU with a bound derived from that rounding
 //! in pocket-kernels' `cuda_fp8` and `cuda_gemv` tests. Decode (the GEMV) is f32 in both modes.
 
-use std::path::{Path, PathBuf};
+#[path = "../../hf_parity_support.rs"]
+mod parity;
+
+use std::path::Path;
 use std::sync::Arc;
 
-use pocket_formats::{GgmlType, GgufWriter, TensorFormat, TensorStore};
+use parity::{cases, check_row, compare, config, data, hf_tensors, teacher_forced, Logits};
+use pocket_formats::{GgmlType, GgufWriter, TensorStore};
 use pocket_kernels::{DType, Device};
 use pocket_layers::{KvCache, LayerError, Model};
 use pocket_model_qwen35::{LoadOptions, Qwen35Model};
 use pocket_quant::QuantFormat;
-use serde_json::Value;
 
 const TOL: f32 = 1e-3;
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-}
-
-/// One prompt of the reference: ids, greedy tokens and per-step logits.
-struct Case {
-    prompt: Vec<u32>,
-    tokens: Vec<u32>,
-    logits: Vec<Vec<f32>>,
-}
-
-fn cases(name: &str) -> Vec<Case> {
-    let text = std::fs::read_to_string(data(name).join("reference.json")).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let ids = |x: &Value| {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect()
-    };
-    v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| Case {
-            prompt: ids(&c["prompt"]),
-            tokens: ids(&c["tokens"]),
-            logits: c["logits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    r.as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|f| f.as_f64().unwrap() as f32)
-                        .collect()
-                })
-                .collect(),
-        })
-        .collect()
-}
 
 fn load(path: &Path, dev: &Device) -> (Qwen35Model, KvCache) {
     // f32 prefill on every backend: these tolerances are f32 rounding (see the module docs).
@@ -91,78 +48,14 @@ fn load(path: &Path, dev: &Device) -> (Qwen35Model, KvCache) {
     (model, cache)
 }
 
-/// Max |a - b| and where.
-fn worst(got: &[f32], want: &[f32]) -> (f32, usize) {
-    got.iter()
-        .zip(want)
-        .enumerate()
-        .map(|(j, (a, b))| ((a - b).abs(), j))
-        .fold(
-            (0f32, 0),
-            |m, (d, j)| {
-                if d > m.0 || d.is_nan() {
-                    (d, j)
-                } else {
-                    m
-                }
-            },
-        )
-}
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter()
-        .enumerate()
-        .fold(0, |b, (j, x)| if *x > v[b] { j } else { b })
-}
-
-/// Checks one sequence's logits at one step against the reference.
-fn check(what: &str, got: &[f32], want: &[f32]) {
-    let (d, at) = worst(got, want);
-    if std::env::var("POCKET_PARITY_VERBOSE").is_ok() {
-        eprintln!("{what}: max |Δ| {d}");
-    }
-    assert!(d <= TOL, "{what}: |Δ| {d} at token {at} (tolerance {TOL})");
-    let mut sorted: Vec<f32> = want.to_vec();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    if sorted[0] - sorted[1] > 2.0 * TOL {
-        assert_eq!(argmax(got), argmax(want), "{what}: greedy token");
-    }
-}
-
 /// Both prompts as one batch (prefill), then 16 batched decode steps along the greedy tokens.
 fn batched(path: &Path, name: &str) {
     let cases = cases(name);
+    let want: Vec<Logits> = cases.iter().map(|c| c.logits.clone()).collect();
     for dev in Device::all_for_tests() {
         let (mut model, mut cache) = load(path, &dev);
-        let vocab = model.info().vocab_size;
-        for step in 0..=cases[0].tokens.len() {
-            let inputs: Vec<Vec<u32>> = cases
-                .iter()
-                .map(|c| {
-                    if step == 0 {
-                        c.prompt.clone()
-                    } else {
-                        vec![c.tokens[step - 1]]
-                    }
-                })
-                .collect();
-            let entries: Vec<(u64, &[u32])> = inputs
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (i as u64, t.as_slice()))
-                .collect();
-            let plan = cache.plan(&entries).unwrap();
-            let got = dev
-                .read_f32(model.forward(&plan, &mut cache).unwrap())
-                .unwrap();
-            for (i, c) in cases.iter().enumerate() {
-                check(
-                    &format!("{name} {path:?} {dev:?} case {i} step {step}"),
-                    &got[i * vocab..(i + 1) * vocab],
-                    &c.logits[step],
-                );
-            }
-        }
+        let got = teacher_forced(&mut model, &mut cache, &dev, &cases);
+        compare(&format!("{name} {path:?} {dev:?}"), &got, &want, &|_| TOL);
     }
 }
 
@@ -197,10 +90,11 @@ fn token_by_token_equals_prefill() {
                 .unwrap();
             if t + 1 >= c.prompt.len() {
                 let step = t + 1 - c.prompt.len();
-                check(
+                check_row(
                     &format!("token-by-token {dev:?} step {step}"),
                     &got,
                     &c.logits[step],
+                    TOL,
                 );
             }
         }
@@ -215,10 +109,11 @@ fn token_by_token_equals_prefill() {
                 .read_f32(model.forward(&plan, &mut cache).unwrap())
                 .unwrap();
             if t + 1 == c.prompt.len() {
-                check(
+                check_row(
                     &format!("prefill {split} + decode {dev:?}"),
                     &got,
                     &c.logits[0],
+                    TOL,
                 );
             }
         }
@@ -241,23 +136,6 @@ fn continuing_an_unknown_sequence_is_an_error() {
 }
 
 // ---- GGUF in llama.cpp's qwen35 layout ------------------------------------------------------
-
-/// The fixture's tensors as (name, shape, f32 values).
-fn hf_tensors(name: &str) -> Vec<(String, Vec<usize>, Vec<f32>)> {
-    let store = TensorStore::open(data(name)).unwrap();
-    store
-        .weights()
-        .map(|t| {
-            let n: usize = t.shape.iter().product();
-            let mut out = vec![0f32; n];
-            let TensorFormat::Ggml(g) = t.format else {
-                panic!("{}: {:?}", t.name, t.format)
-            };
-            pocket_quant::dequantize(QuantFormat::Ggml(g), t.data, &mut out).unwrap();
-            (t.name.to_string(), t.shape.to_vec(), out)
-        })
-        .collect()
-}
 
 /// llama.cpp's `_LinearAttentionVReorderBase`: value heads from grouped order (key head `k`,
 /// its `v`-th value head at `k * nvk + v`) to tiled order (`v * nkh + k`), along `axis` of a
@@ -294,9 +172,7 @@ fn reorder_v(
 
 /// Writes the bf16 fixture as llama.cpp's converter would (names, metadata and transforms).
 fn write_gguf(path: &Path) {
-    let cfg: Value =
-        serde_json::from_str(&std::fs::read_to_string(data("bf16").join("config.json")).unwrap())
-            .unwrap();
+    let cfg = config("bf16");
     let u = |k: &str| cfg[k].as_u64().unwrap() as u32;
     let (nkh, nvh) = (
         u("linear_num_key_heads") as usize,

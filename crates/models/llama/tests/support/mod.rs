@@ -1,11 +1,16 @@
-//! Fixture access for the transformers parity tests: the reference (`scripts/hf_parity.py`),
+//! The Llama-family side of the transformers parity tests (`scripts/hf_parity.py`'s fixtures):
 //! rewriting the fixture as F32 safetensors or as a llama.cpp-style GGUF, and running our model
-//! teacher-forced along the reference's tokens.
+//! teacher-forced along the reference's tokens. Fixture access, the teacher-forced run and the
+//! comparison are shared with the qwen35 tests (`crates/models/hf_parity_support.rs`).
 
-// Shared by two test binaries (`hf_parity`, `hf_parity_q4_k`); each uses a subset.
+// Shared by three test binaries (`hf_parity`, `hf_parity_q4_k`, `stacked_projections`); each
+// uses a subset.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+#[path = "../../../hf_parity_support.rs"]
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 
 use pocket_formats::{GgmlType, GgufWriter, SafetensorsWriter, TensorFormat, TensorStore};
@@ -15,92 +20,7 @@ use pocket_model_llama::{LlamaModel, LoadOptions};
 use pocket_quant::QuantFormat;
 use serde_json::Value;
 
-/// The directory of a fixture.
-pub fn data(fixture: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(fixture)
-}
-
-/// The fixture's `config.json`.
-pub fn config(fixture: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(data(fixture).join("config.json")).unwrap())
-        .unwrap()
-}
-
-/// The fixture's `reference.json`.
-pub fn reference(fixture: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(data(fixture).join("reference.json")).unwrap())
-        .unwrap()
-}
-
-/// Per step, per vocabulary entry: one prompt's logits.
-pub type Logits = Vec<Vec<f32>>;
-
-/// One prompt of the reference: ids, greedy tokens and per-step logits.
-pub struct Case {
-    /// Prompt ids.
-    pub prompt: Vec<u32>,
-    /// transformers' greedy continuation (our runs are teacher-forced along it).
-    pub tokens: Vec<u32>,
-    /// Logits of the last prompt token and of each decode step (f32 weights).
-    pub logits: Logits,
-    /// The same for the model whose matrices went through gguf-py's Q8_0 round trip.
-    pub logits_q8_0: Option<Logits>,
-}
-
-/// The reference's prompts.
-pub fn cases(fixture: &str) -> Vec<Case> {
-    let v = reference(fixture);
-    let ids = |x: &Value| {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect()
-    };
-    let rows = |x: &Value| -> Logits {
-        x.as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|f| f.as_f64().unwrap() as f32)
-                    .collect()
-            })
-            .collect()
-    };
-    v["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| Case {
-            prompt: ids(&c["prompt"]),
-            tokens: ids(&c["tokens"]),
-            logits: rows(&c["logits"]),
-            logits_q8_0: c.get("logits_q8_0").map(rows),
-        })
-        .collect()
-}
-
-/// The fixture's tensors as (name, shape, f32 values).
-pub fn hf_tensors(fixture: &str) -> Vec<(String, Vec<usize>, Vec<f32>)> {
-    let store = TensorStore::open(data(fixture)).unwrap();
-    store
-        .weights()
-        .map(|t| {
-            let n: usize = t.shape.iter().product();
-            let mut out = vec![0f32; n];
-            let TensorFormat::Ggml(g) = t.format else {
-                panic!("{}: {:?}", t.name, t.format)
-            };
-            pocket_quant::dequantize(QuantFormat::Ggml(g), t.data, &mut out).unwrap();
-            (t.name.to_string(), t.shape.to_vec(), out)
-        })
-        .collect()
-}
+pub use common::*;
 
 /// Writes the fixture as an F32 safetensors checkpoint (with its config.json) into `dir`.
 pub fn write_f32_checkpoint(fixture: &str, dir: &Path) {
@@ -276,76 +196,11 @@ pub fn run_model(path: &Path, fixture: &str, dev: &Device) -> Vec<Logits> {
     // and activations (tested against the CPU with its own bound in pocket-kernels' cuda_gemv),
     // so the model's maths is checked here through the backend's exact prefill.
     dev.set_exact_prefill(true);
-    let cases = cases(fixture);
     let store = Arc::new(TensorStore::open(path).unwrap());
     let mut model = LlamaModel::load(store, dev, LoadOptions { max_seq_len: 256 }).unwrap();
     let cfg = model.info().kv_cache_config(1024, 256, DType::F32);
     let mut cache = KvCache::new(dev, cfg).unwrap();
-    let vocab = model.info().vocab_size;
-    let mut out = vec![Vec::new(); cases.len()];
-    for step in 0..=cases[0].tokens.len() {
-        let inputs: Vec<Vec<u32>> = cases
-            .iter()
-            .map(|c| {
-                if step == 0 {
-                    c.prompt.clone()
-                } else {
-                    vec![c.tokens[step - 1]]
-                }
-            })
-            .collect();
-        let entries: Vec<(u64, &[u32])> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (i as u64, t.as_slice()))
-            .collect();
-        let plan = cache.plan(&entries).unwrap();
-        let logits = model.forward(&plan, &mut cache).unwrap();
-        let got = dev.read_f32(logits).unwrap();
-        for (i, o) in out.iter_mut().enumerate() {
-            o.push(got[i * vocab..(i + 1) * vocab].to_vec());
-        }
-    }
-    out
-}
-
-/// Checks `got` against `want` (per prompt, per step): max |Δ| within `tol(want_row)`, and the
-/// greedy token wherever the reference's top-2 margin exceeds twice the tolerance.
-pub fn compare(what: &str, got: &[Logits], want: &[Logits], tol: &dyn Fn(&[f32]) -> f32) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.len(), w.len(), "{what}: steps of case {i}");
-        for (step, (row, want)) in g.iter().zip(w).enumerate() {
-            let tol = tol(want);
-            let (worst, at) = row
-                .iter()
-                .zip(want)
-                .enumerate()
-                .map(|(j, (a, b))| ((a - b).abs(), j))
-                .fold(
-                    (0f32, 0),
-                    |m, (d, j)| if d > m.0 || d.is_nan() { (d, j) } else { m },
-                );
-            if std::env::var("POCKET_PARITY_VERBOSE").is_ok() {
-                eprintln!("{what}: case {i} step {step}: max |Δ| {worst} (tolerance {tol})");
-            }
-            assert!(
-                worst <= tol,
-                "{what}: case {i} step {step}: |Δ| {worst} at token {at} (tolerance {tol})"
-            );
-            let mut sorted: Vec<(f32, usize)> = want.iter().copied().zip(0..).collect();
-            sorted.sort_by(|a, b| b.0.total_cmp(&a.0));
-            if sorted[0].0 - sorted[1].0 > 2.0 * tol {
-                let ours = row
-                    .iter()
-                    .enumerate()
-                    .fold(0, |b, (j, v)| if *v > row[b] { j } else { b });
-                assert_eq!(
-                    ours, sorted[0].1,
-                    "{what}: case {i} step {step}: greedy token"
-                );
-            }
-        }
-    }
+    teacher_forced(&mut model, &mut cache, dev, &cases(fixture))
 }
 
 /// Runs the model at `path` on every device and checks it against the reference logits that
