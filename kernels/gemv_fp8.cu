@@ -7,7 +7,7 @@
 //    row group: n1 = one warp per 4 rows (16 rows per 128-thread block), n1w8 = one warp per 8
 //    rows (32 per block), n1k2 / n1k4 = the whole 128-thread block per 2 / 4 rows (the columns
 //    split over 4 warps, for matrices with few rows: a 5120-row matrix is 1280 blocks of n1k4
-//    against 320 of n1). The host picks one per shape (matmul_fp8.rs). Launch: block 128, grid
+//    against 320 of n1). The host picks one per shape (gemv_fp8.rs). Launch: block 128, grid
 //    ceil(rows / rows per block).
 //    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
 //  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "281000118c08212c3ad40f85da2724ff12cd1273db6bd40328aa72266c34aea4";
+    "3429b30c035cb2e55c462eb9a4e01a1ac47e8529791f76b21036be359fb00cc5";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

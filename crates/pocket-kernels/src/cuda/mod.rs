@@ -25,6 +25,7 @@ mod attn;
 pub mod attn_prefill;
 mod backend_impl;
 mod cublas;
+mod gemv_fp8;
 mod gemv_q8;
 pub mod graph;
 pub mod kernels;
@@ -43,8 +44,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result as dr, sys, CudaContext, CudaFunction, CudaStream};
 
+pub use gemv_fp8::Fp8Row1;
 pub use kernels::{Artifact, DevFormat, Kernel};
-pub use matmul_fp8::Fp8Row1;
 pub use memory::{CudaStorage, CudaWeight, WeightLayout};
 
 use crate::error::shape_err;

@@ -20,7 +20,7 @@ const THREADS: u32 = 256;
 const MAX_DIM: usize = 128;
 /// Below this many rows in the longest sequence the token scan is used: a prompt shorter than a
 /// chunk gains nothing from the transform and pays a second launch. A first guess, to be set from
-/// the `delta_rule_prefill` benchmark in tests/cuda_bench.rs.
+/// the `delta_rule_prefill` benchmark in tests/cuda_bench_decode.rs.
 const MIN_ROWS: usize = 32;
 /// Bound on the scratch one piece uses (W, U, P, e^γ q, e^(γlast-γ) k per chunk and head).
 const SCRATCH_BYTES: usize = 256 << 20;

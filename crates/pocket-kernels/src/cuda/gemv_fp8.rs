@@ -1,0 +1,326 @@
+//! The FP8 decode GEMV (n <= 8 activation rows) on CUDA: `gemv_fp8_*` of kernels/gemv_fp8.cu,
+//! 16-byte weight loads, f32 activations and accumulation, so it reads 1 byte per weight and is
+//! exact up to f32 rounding. One row of activations takes one of the [`Fp8Row1`] variants of one
+//! template, chosen per shape ([`Fp8Row1::for_shape`]) unless `POCKET_GEMV_FP8` forces one; 2..4
+//! and 5..8 rows the `n4`/`n8` kernels, which stage x in shared memory so every weight byte is
+//! read and decoded once for all rows. Weight upload, checks and the prefill GEMM are in
+//! `matmul_fp8.rs`.
+
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::kernels::Kernel;
+use super::matmul_fp8::{prepare, Fp8Call, Fp8Kernel, Fp8Kind};
+use super::CudaBackend;
+use crate::error::shape_err;
+use crate::{Result, Tensor, Weight};
+
+/// Weight rows one GEMV block covers (4 warps x 4 rows, the `n4`/`n8` kernels).
+const GEMV_BLOCK_ROWS: usize = 16;
+/// Threads per GEMV block (4 warps; FP8R_THREADS of the one-row kernels too).
+const GEMV_BLOCK_THREADS: u32 = 128;
+
+/// The one-row (n = 1) FP8 GEMV variants: one template (`gemv_fp8_row1` in kernels/gemv_fp8.cu)
+/// that differs in how a 128-thread block is split over weight rows. Every variant keeps 8-16
+/// independent 16-byte weight loads in flight per thread and refills each slot as it is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fp8Row1 {
+    /// One warp per 4 rows, 16 rows per block (`_n1`).
+    Warp4,
+    /// One warp per 8 rows, 32 rows per block (`_n1w8`): half the activation reads per weight.
+    Warp8,
+    /// The whole block per 2 rows (`_n1k2`).
+    Split2,
+    /// The whole block per 4 rows (`_n1k4`).
+    Split4,
+}
+
+impl Fp8Row1 {
+    /// Every variant, in the order the benchmarks print them.
+    pub const ALL: [Fp8Row1; 4] = [
+        Fp8Row1::Warp4,
+        Fp8Row1::Warp8,
+        Fp8Row1::Split2,
+        Fp8Row1::Split4,
+    ];
+
+    /// Weight rows one 128-thread block covers.
+    pub fn rows_per_block(self) -> usize {
+        match self {
+            Fp8Row1::Warp4 => 16,
+            Fp8Row1::Warp8 => 32,
+            Fp8Row1::Split2 => 2,
+            Fp8Row1::Split4 => 4,
+        }
+    }
+
+    /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Row1::Warp4 => "warp4",
+            Fp8Row1::Warp8 => "warp8",
+            Fp8Row1::Split2 => "split2",
+            Fp8Row1::Split4 => "split4",
+        }
+    }
+
+    /// The variant named `s` (see [`Fp8Row1::name`]).
+    pub fn parse(s: &str) -> Option<Fp8Row1> {
+        Fp8Row1::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// The default for a `rows x cols` weight, from the H200 measurement of every variant at the
+    /// 27B shapes with the f16-conversion decode (`bench_fp8_gemv_27b`,
+    /// docs/performance/logs/2026-11-30-s4-run1/cuda_bench_decode.log): the 8-row warp kernel
+    /// was fastest at 14336..17408 rows (20.9 / 23.0 / 24.3 us against 21.7 / 24.1 / 25.2 for
+    /// the 4-row block split), the 4-row warp kernel everywhere else (34816 rows 44.3 us,
+    /// 10240 rows 14.8 against 17.1, 5120 rows at 6144 and 17408 columns 11.7 / 26.7 against
+    /// 12.0 / 27.4); the block splits won no shape once the decode got cheaper.
+    pub fn for_shape(rows: usize, _cols: usize) -> Fp8Row1 {
+        if (WARP8_MIN_ROWS..WARP8_END_ROWS).contains(&rows) {
+            Fp8Row1::Warp8
+        } else {
+            Fp8Row1::Warp4
+        }
+    }
+}
+
+/// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
+/// measured slower with it, 14336..17408 faster, 34816 slower).
+const WARP8_MIN_ROWS: usize = 12 * 1024;
+const WARP8_END_ROWS: usize = 32 * 1024;
+
+/// Process-wide one-row variant: 0 = not read yet, 1 = per shape, 2 + index in
+/// [`Fp8Row1::ALL`] = forced.
+static ROW1: AtomicU8 = AtomicU8::new(0);
+/// Process-wide E4M3 decode of the one-row GEMV: 0 = not read yet, 1 = f16 conversion, 2 = the
+/// previous integer decode (`_bits` kernels).
+static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
+
+/// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
+/// warp4|warp8|split2|split4 forces one (anything else, or unset, is per shape);
+/// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
+fn forced_row1() -> Option<Fp8Row1> {
+    let v = match ROW1.load(Relaxed) {
+        0 => {
+            let env = std::env::var("POCKET_GEMV_FP8").ok();
+            let v = match env.as_deref().and_then(Fp8Row1::parse) {
+                Some(f) => Some(f),
+                None if !super::matmul::split_gemv() => Some(Fp8Row1::Warp4),
+                None => None,
+            };
+            store_row1(v);
+            return v;
+        }
+        v => v,
+    };
+    (v >= 2).then(|| Fp8Row1::ALL[(v - 2) as usize])
+}
+
+fn store_row1(v: Option<Fp8Row1>) {
+    let code = match v {
+        None => 1,
+        Some(f) => 2 + Fp8Row1::ALL.iter().position(|&a| a == f).unwrap() as u8,
+    };
+    ROW1.store(code, Relaxed);
+}
+
+/// Whether the one-row E4M3 GEMV runs the previous integer decode
+/// (`POCKET_GEMV_FP8_DECODE=bits`) instead of the f16 conversion.
+fn int_decode() -> bool {
+    match ROW1_BITS.load(Relaxed) {
+        0 => {
+            let on = std::env::var("POCKET_GEMV_FP8_DECODE").is_ok_and(|v| v == "bits");
+            ROW1_BITS.store(if on { 2 } else { 1 }, Relaxed);
+            on
+        }
+        v => v == 2,
+    }
+}
+
+impl CudaBackend {
+    /// Forces the one-row FP8 GEMV variant (`None`: the per-shape choice), as `POCKET_GEMV_FP8`.
+    /// Process-wide, for A/B benchmarks.
+    pub fn set_fp8_gemv(&self, v: Option<Fp8Row1>) {
+        store_row1(v);
+    }
+
+    /// Selects the previous integer E4M3 decode for the one-row FP8 GEMV (`true`) or the f16
+    /// conversion (`false`, the default), as `POCKET_GEMV_FP8_DECODE=bits`. Process-wide.
+    pub fn set_fp8_int_decode(&self, on: bool) {
+        ROW1_BITS.store(if on { 2 } else { 1 }, Relaxed);
+    }
+
+    /// `out [1, rows] = x [1, cols] · Wᵀ` for an FP8 weight through one given one-row variant
+    /// and decode (`int_decode`: the `_bits` kernels; E5M2 has none and ignores it), whatever the
+    /// process-wide choice: for tests and benchmarks that compare variants side by side.
+    pub fn fp8_gemv_row1(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        out: &mut Tensor,
+        variant: Fp8Row1,
+        int_decode: bool,
+    ) -> Result<()> {
+        const OP: &str = "fp8_gemv_row1";
+        let kind = Fp8Kind::of(w.format)
+            .ok_or_else(|| shape_err(OP, format!("{} is not an FP8 weight format", w.format)))?;
+        if x.rows() != 1 {
+            return Err(shape_err(OP, format!("x {:?} is not one row", x.shape)));
+        }
+        let p = prepare(self, OP, kind, x, w, out)?;
+        launch_row1(self, kind, variant, int_decode, &p)
+    }
+}
+
+/// Which GEMV variant serves a number of activation rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemvRows {
+    /// Exactly one row (`_n1`).
+    One,
+    /// 2..4 rows (`_n4`, x staged in shared memory).
+    Four,
+    /// 5..8 rows (`_n8`, x staged in shared memory).
+    Eight,
+}
+
+impl GemvRows {
+    /// The variant for `m` activation rows (`1..=8`).
+    pub fn for_rows(m: usize) -> GemvRows {
+        match m {
+            0 | 1 => GemvRows::One,
+            2..=4 => GemvRows::Four,
+            _ => GemvRows::Eight,
+        }
+    }
+}
+
+/// One launch of a one-row GEMV variant.
+fn launch_row1(
+    be: &CudaBackend,
+    kind: Fp8Kind,
+    variant: Fp8Row1,
+    int_decode: bool,
+    p: &Fp8Call,
+) -> Result<()> {
+    if p.rows == 0 {
+        return Ok(());
+    }
+    be.launch(
+        "matmul",
+        Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode)),
+        (p.rows.div_ceil(variant.rows_per_block()) as u32, 1, 1),
+        GEMV_BLOCK_THREADS,
+        args![
+            p.w,
+            p.scales,
+            p.tscale,
+            p.x,
+            p.out,
+            p.rows as i32,
+            p.cols as i32,
+            1i32
+        ],
+    )
+}
+
+/// One GEMV launch for `m <= 8` activation rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv(
+    be: &CudaBackend,
+    kind: Fp8Kind,
+    w: u64,
+    scales: u64,
+    tscale: f32,
+    x: u64,
+    out: u64,
+    rows: usize,
+    cols: usize,
+    m: usize,
+) -> Result<()> {
+    if m == 1 {
+        let variant = forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols));
+        let p = Fp8Call {
+            w,
+            scales,
+            tscale,
+            x,
+            out,
+            rows,
+            cols,
+            n: 1,
+        };
+        return launch_row1(be, kind, variant, int_decode(), &p);
+    }
+    be.launch(
+        "matmul",
+        Kernel::Fp8(Fp8Kernel::Gemv(kind, GemvRows::for_rows(m))),
+        (rows.div_ceil(GEMV_BLOCK_ROWS) as u32, 1, 1),
+        GEMV_BLOCK_THREADS,
+        args![
+            w,
+            scales,
+            tscale,
+            x,
+            out,
+            rows as i32,
+            cols as i32,
+            m as i32
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row1_variant_per_shape_and_by_name() {
+        use Fp8Row1::{Warp4, Warp8};
+        // The FP8 projections of Qwen3.5-27B: MLP gate|up and down, DeltaNet qkv|z and out,
+        // attention q|gate|k|v and o.
+        let shapes = [
+            (34816, 5120, Warp4),
+            (16384, 5120, Warp8),
+            (14336, 5120, Warp8),
+            (17408, 5120, Warp8),
+            (10240, 5120, Warp4),
+            (5120, 17408, Warp4),
+            (5120, 6144, Warp4),
+        ];
+        for (r, c, want) in shapes {
+            assert_eq!(Fp8Row1::for_shape(r, c), want, "{r}x{c}");
+        }
+        for v in Fp8Row1::ALL {
+            assert_eq!(Fp8Row1::parse(v.name()), Some(v));
+            assert_eq!(128 % v.rows_per_block().min(128), 0);
+        }
+        assert_eq!(Fp8Row1::parse("auto"), None);
+    }
+
+    #[test]
+    fn row1_symbols_are_distinct_and_built() {
+        let ptx = crate::cuda::artifacts::ModuleId::GemvFp8.ptx();
+        let mut seen = std::collections::HashSet::new();
+        for e5m2 in [false, true] {
+            for tiled in [false, true] {
+                for v in Fp8Row1::ALL {
+                    for bits in [false, true] {
+                        let k = Fp8Kernel::Row1(Fp8Kind { e5m2, tiled }, v, bits).symbol();
+                        assert!(ptx.contains(&format!(".entry {k}(")), "{k} not in the PTX");
+                        // E5M2 has no integer-decode kernels: both map to one symbol.
+                        assert!(seen.insert(k) || e5m2, "{k} twice");
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len(), 24);
+    }
+
+    #[test]
+    fn gemv_variant_by_rows() {
+        let v: Vec<GemvRows> = (1..=8).map(GemvRows::for_rows).collect();
+        use GemvRows::{Eight, Four, One};
+        assert_eq!(v, [One, Four, Four, Four, Eight, Eight, Eight, Eight]);
+    }
+}
