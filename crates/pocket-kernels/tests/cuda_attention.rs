@@ -5,53 +5,19 @@
 //! size their work from the lengths on the device. Skipped without a GPU.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::{AttentionMeta, AttentionParams, DType, Device, DeviceKind};
+#[path = "cuda_common/attn.rs"]
+mod attn;
 
-fn meta(
-    d: &Device,
-    lens: &[usize],
-    new: &[usize],
-    tables: &[u32],
-    mb: usize,
-    bound: usize,
-) -> AttentionMeta {
-    let mut qs = vec![0u32];
-    for &n in new {
-        qs.push(qs.last().unwrap() + n as u32);
-    }
-    AttentionMeta {
-        query_start: d.upload_u32(&qs, &[lens.len() + 1]).unwrap(),
-        seq_lens: d
-            .upload_u32(
-                &lens.iter().map(|&l| l as u32).collect::<Vec<_>>(),
-                &[lens.len()],
-            )
-            .unwrap(),
-        block_tables: d.upload_u32(tables, &[lens.len(), mb]).unwrap(),
-        slot_mapping: d.upload_u32(&[0], &[1]).unwrap(),
-        num_seqs: lens.len(),
-        max_seq_len: bound,
-    }
-}
+use attn::{attend, gpu_or_skip, xorshift, Paged};
+use pocket_kernels::{AttentionParams, DType, Device};
 
 #[test]
 fn split_k_decode_matches_cpu() {
-    let gpu = match Device::open(DeviceKind::Cuda(0)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(gpu) = gpu_or_skip() else {
+        return;
     };
     let cpu = Device::cpu();
-    let bs = 16usize;
-    let mut seed = 0x1234_5678_9abc_def1u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    };
+    let mut rnd = xorshift(0x1234_5678_9abc_def1);
     // (heads, kv_heads, head_dim, softcap): GQA groups of 4 and 8 (the decode kernel's two
     // entries), 7 (a partial group), 6 with head_dim 256 (Qwen3.5-27B: the group-of-6
     // instantiation), 3 (SmolLM2), 1 with head_dim 256, and head_dim 96 (the generic kernel).
@@ -74,14 +40,11 @@ fn split_k_decode_matches_cpu() {
                 (vec![1], vec![1], None),
                 (vec![640, 33, 5], vec![1, 1, 1], None),
             ] {
-                let mb = lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
-                let nblocks = mb * lens.len();
-                // Blocks in reverse order, so table lookups matter.
-                let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
+                let paged = Paged::new(&lens, &new);
                 let row = kvh * hd;
-                let kv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
-                let vv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
-                let nq: usize = new.iter().sum();
+                let kv: Vec<f32> = (0..paged.slots() * row).map(|_| rnd()).collect();
+                let vv: Vec<f32> = (0..paged.slots() * row).map(|_| rnd()).collect();
+                let nq = paged.queries();
                 let q: Vec<f32> = (0..nq * heads * hd).map(|_| rnd()).collect();
                 let p = AttentionParams {
                     num_heads: heads,
@@ -92,25 +55,12 @@ fn split_k_decode_matches_cpu() {
                     softcap,
                 };
                 let mut outs = Vec::new();
-                let exact = *lens.iter().max().unwrap();
+                let exact = paged.max_len();
                 for (d, bound) in [(&cpu, exact), (&gpu, exact), (&gpu, exact.max(16384))] {
-                    let shape = [nblocks, bs, kvh, hd];
-                    let mut kc = d.alloc(dtype, &shape).unwrap();
-                    let mut vc = d.alloc(dtype, &shape).unwrap();
-                    let all: Vec<u32> = (0..(nblocks * bs) as u32).collect();
-                    let mut fill = meta(d, &lens, &new, &tables, mb, bound);
-                    fill.slot_mapping = d.upload_u32(&all, &[all.len()]).unwrap();
-                    let kt = d.upload_f32(&kv, &[nblocks * bs, kvh, hd]).unwrap();
-                    let vt = d.upload_f32(&vv, &[nblocks * bs, kvh, hd]).unwrap();
-                    d.kv_write(&kt, &vt, &mut kc, &mut vc, &fill).unwrap();
-                    let m = meta(d, &lens, &new, &tables, mb, bound);
+                    let (kc, vc) = paged.caches(d, dtype, (kvh, hd), (&kv, &vv), bound);
+                    let m = paged.meta(d, bound);
                     let qt = d.upload_f32(&q, &[nq, heads, hd]).unwrap();
-                    let mut out = d.alloc(DType::F32, &[nq, heads, hd]).unwrap();
-                    // Poison the output so an unwritten element cannot pass.
-                    d.write_f32(&mut out, &vec![f32::NAN; nq * heads * hd], &[nq, heads, hd])
-                        .unwrap();
-                    d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();
-                    outs.push(d.read_f32(&out).unwrap());
+                    outs.push(attend(d, &qt, &kc, &vc, &m, &p, nq));
                 }
                 let mut worst = 0.0f32;
                 for (gpu_out, bound) in [(&outs[1], exact), (&outs[2], exact.max(16384))] {

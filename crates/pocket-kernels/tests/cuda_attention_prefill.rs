@@ -11,28 +11,12 @@
 use std::sync::Mutex;
 
 use pocket_kernels::cuda::attn_prefill::{force_prefill_kernel, PrefillKernel};
-use pocket_kernels::{AttentionMeta, AttentionParams, DType, Device, DeviceKind};
+use pocket_kernels::{AttentionParams, DType, Device};
 
-/// Metadata of sequences with total lengths `lens`, the last `new[s]` of each being queries.
-fn meta(d: &Device, lens: &[usize], new: &[usize], tables: &[u32], mb: usize) -> AttentionMeta {
-    let mut qs = vec![0u32];
-    for &n in new {
-        qs.push(qs.last().unwrap() + n as u32);
-    }
-    AttentionMeta {
-        query_start: d.upload_u32(&qs, &[lens.len() + 1]).unwrap(),
-        seq_lens: d
-            .upload_u32(
-                &lens.iter().map(|&l| l as u32).collect::<Vec<_>>(),
-                &[lens.len()],
-            )
-            .unwrap(),
-        block_tables: d.upload_u32(tables, &[lens.len(), mb]).unwrap(),
-        slot_mapping: d.upload_u32(&[0], &[1]).unwrap(),
-        num_seqs: lens.len(),
-        max_seq_len: *lens.iter().max().unwrap(),
-    }
-}
+#[path = "cuda_common/attn.rs"]
+mod attn;
+
+use attn::{attend, gpu_or_skip, xorshift, Paged};
 
 /// One batch: total lengths, new rows per sequence, sliding window.
 type Batch = (Vec<usize>, Vec<usize>, Option<usize>);
@@ -43,22 +27,11 @@ static FORCE: Mutex<()> = Mutex::new(());
 #[test]
 fn tiled_prefill_matches_cpu() {
     let _one = FORCE.lock().unwrap_or_else(|e| e.into_inner());
-    let gpu = match Device::open(DeviceKind::Cuda(0)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(gpu) = gpu_or_skip() else {
+        return;
     };
     let cpu = Device::cpu();
-    let bs = 16usize;
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    };
+    let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15);
     // (heads, kv_heads, head_dim, softcap, q gain): the gain of 4 makes the softmax peaked
     // (scores up to ~10), so the online max and rescaling are exercised, not just averaging.
     let configs = [
@@ -78,14 +51,11 @@ fn tiled_prefill_matches_cpu() {
     for (heads, kvh, hd, softcap, gain) in configs {
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             for (lens, new, window) in &batches {
-                let mb = lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
-                let nblocks = mb * lens.len();
-                // Blocks in reverse order, so the table lookups matter.
-                let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
+                let paged = Paged::new(lens, new);
                 let row = kvh * hd;
-                let kv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
-                let vv: Vec<f32> = (0..nblocks * bs * row).map(|_| rnd()).collect();
-                let nq: usize = new.iter().sum();
+                let kv: Vec<f32> = (0..paged.slots() * row).map(|_| rnd()).collect();
+                let vv: Vec<f32> = (0..paged.slots() * row).map(|_| rnd()).collect();
+                let nq = paged.queries();
                 let q: Vec<f32> = (0..nq * heads * hd).map(|_| gain * rnd()).collect();
                 let p = AttentionParams {
                     num_heads: heads,
@@ -102,23 +72,11 @@ fn tiled_prefill_matches_cpu() {
                     (&gpu, None),
                 ] {
                     force_prefill_kernel(force);
-                    let shape = [nblocks, bs, kvh, hd];
-                    let mut kc = d.alloc(dtype, &shape).unwrap();
-                    let mut vc = d.alloc(dtype, &shape).unwrap();
-                    let all: Vec<u32> = (0..(nblocks * bs) as u32).collect();
-                    let mut fill = meta(d, lens, new, &tables, mb);
-                    fill.slot_mapping = d.upload_u32(&all, &[all.len()]).unwrap();
-                    let kt = d.upload_f32(&kv, &[nblocks * bs, kvh, hd]).unwrap();
-                    let vt = d.upload_f32(&vv, &[nblocks * bs, kvh, hd]).unwrap();
-                    d.kv_write(&kt, &vt, &mut kc, &mut vc, &fill).unwrap();
-                    let m = meta(d, lens, new, &tables, mb);
+                    let bound = paged.max_len();
+                    let (kc, vc) = paged.caches(d, dtype, (kvh, hd), (&kv, &vv), bound);
+                    let m = paged.meta(d, bound);
                     let qt = d.upload_f32(&q, &[nq, heads, hd]).unwrap();
-                    let mut out = d.alloc(DType::F32, &[nq, heads, hd]).unwrap();
-                    // Poison the output so an unwritten element cannot pass.
-                    d.write_f32(&mut out, &vec![f32::NAN; nq * heads * hd], &[nq, heads, hd])
-                        .unwrap();
-                    d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();
-                    outs.push(d.read_f32(&out).unwrap());
+                    outs.push(attend(d, &qt, &kc, &vc, &m, &p, nq));
                     force_prefill_kernel(None);
                 }
                 let label = format!(
@@ -155,21 +113,10 @@ fn tiled_prefill_matches_cpu() {
 #[test]
 fn tensor_core_prefill_matches_f32_kernel() {
     let _one = FORCE.lock().unwrap_or_else(|e| e.into_inner());
-    let gpu = match Device::open(DeviceKind::Cuda(0)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(gpu) = gpu_or_skip() else {
+        return;
     };
-    let bs = 16usize;
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    };
+    let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
     let configs = [
         (9usize, 3usize, 64usize, None),
         (14, 2, 64, Some(5.0f32)),
@@ -182,14 +129,12 @@ fn tensor_core_prefill_matches_f32_kernel() {
     ];
     for (heads, kvh, hd, softcap) in configs {
         for (lens, new, window) in &batches {
-            let mb = lens.iter().map(|l| l.div_ceil(bs)).max().unwrap();
-            let nblocks = mb * lens.len();
-            let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
+            let paged = Paged::new(lens, new);
             let row = kvh * hd;
             let grid64 = |x: f32| (x * 64.0).round() / 64.0;
-            let kv: Vec<f32> = (0..nblocks * bs * row).map(|_| grid64(rnd())).collect();
-            let vv: Vec<f32> = (0..nblocks * bs * row).map(|_| grid64(rnd())).collect();
-            let nq: usize = new.iter().sum();
+            let kv: Vec<f32> = (0..paged.slots() * row).map(|_| grid64(rnd())).collect();
+            let vv: Vec<f32> = (0..paged.slots() * row).map(|_| grid64(rnd())).collect();
+            let nq = paged.queries();
             let q: Vec<f32> = (0..nq * heads * hd)
                 .map(|_| (rnd() * 64.0).round() / 16.0)
                 .collect();
@@ -201,25 +146,14 @@ fn tensor_core_prefill_matches_f32_kernel() {
                 sliding_window: *window,
                 softcap,
             };
-            let shape = [nblocks, bs, kvh, hd];
-            let mut kc = gpu.alloc(DType::F32, &shape).unwrap();
-            let mut vc = gpu.alloc(DType::F32, &shape).unwrap();
-            let all: Vec<u32> = (0..(nblocks * bs) as u32).collect();
-            let mut fill = meta(&gpu, lens, new, &tables, mb);
-            fill.slot_mapping = gpu.upload_u32(&all, &[all.len()]).unwrap();
-            let kt = gpu.upload_f32(&kv, &[nblocks * bs, kvh, hd]).unwrap();
-            let vt = gpu.upload_f32(&vv, &[nblocks * bs, kvh, hd]).unwrap();
-            gpu.kv_write(&kt, &vt, &mut kc, &mut vc, &fill).unwrap();
-            let m = meta(&gpu, lens, new, &tables, mb);
+            let bound = paged.max_len();
+            let (kc, vc) = paged.caches(&gpu, DType::F32, (kvh, hd), (&kv, &vv), bound);
+            let m = paged.meta(&gpu, bound);
             let qt = gpu.upload_f32(&q, &[nq, heads, hd]).unwrap();
             let mut outs = Vec::new();
             for k in [PrefillKernel::Tiled, PrefillKernel::TensorCore] {
                 force_prefill_kernel(Some(k));
-                let mut out = gpu.alloc(DType::F32, &[nq, heads, hd]).unwrap();
-                gpu.write_f32(&mut out, &vec![f32::NAN; nq * heads * hd], &[nq, heads, hd])
-                    .unwrap();
-                gpu.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();
-                outs.push(gpu.read_f32(&out).unwrap());
+                outs.push(attend(&gpu, &qt, &kc, &vc, &m, &p, nq));
                 force_prefill_kernel(None);
             }
             let label =
