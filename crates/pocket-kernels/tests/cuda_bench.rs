@@ -14,7 +14,7 @@ use pocket_quant::{GgmlType, QuantFormat};
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{capture, random_bytes, time_ms, variant_label, ROOF_TBPS};
+use bench::{bench_x, capture, random_bytes, time_ms, variant_label, weight_copies, ROOF_TBPS};
 
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
@@ -61,23 +61,9 @@ fn bench_gemv_and_gemm() {
             let f = QuantFormat::Ggml(t);
             let bytes = random_bytes(t, rows, cols, 7 + rows as u64);
             let wbytes = bytes.len();
-            let copies = (200usize << 20).div_ceil(wbytes).max(1);
-            let ws: Vec<_> = (0..copies)
-                .map(|_| {
-                    be.upload_weight(
-                        f,
-                        rows,
-                        cols,
-                        HostBytes::from_vec(bytes.clone()),
-                        None,
-                        None,
-                    )
-                    .unwrap()
-                })
-                .collect();
-            let x: Vec<f32> = (0..cols)
-                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-                .collect();
+            let ws = weight_copies(&be, f, rows, cols, bytes, None);
+            let copies = ws.len();
+            let x = bench_x(1, cols);
             let xt = be.upload_f32(&x, &[1, cols]).unwrap();
             let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
             // The backend's default decode GEMV; `POCKET_GEMV` (warp, fused) picks another and
@@ -209,24 +195,9 @@ fn bench_gemv_q8_variants() {
         let f = QuantFormat::Ggml(t);
         let bytes = random_bytes(t, rows, cols, 11 + rows as u64);
         let wbytes = bytes.len();
-        let copies = (200usize << 20).div_ceil(wbytes).max(1);
-        let ws: Vec<_> = (0..copies)
-            .map(|_| {
-                be.upload_weight(
-                    f,
-                    rows,
-                    cols,
-                    HostBytes::from_vec(bytes.clone()),
-                    None,
-                    None,
-                )
-                .unwrap()
-            })
-            .collect();
-        drop(bytes);
-        let x: Vec<f32> = (0..cols)
-            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-            .collect();
+        let ws = weight_copies(&be, f, rows, cols, bytes, None);
+        let copies = ws.len();
+        let x = bench_x(1, cols);
         let xt = be.upload_f32(&x, &[1, cols]).unwrap();
         let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
         // (symbol, eager ms, graph ms) of each kernel timed so far for this case.
@@ -495,24 +466,10 @@ fn bench_fp8_gemv_and_gemm() {
             .flat_map(|_| 1e-3f32.to_le_bytes())
             .collect();
         let wbytes = bytes.len() + scales.len();
-        let copies = (200usize << 20).div_ceil(wbytes).max(1);
-        let ws: Vec<_> = (0..copies)
-            .map(|_| {
-                be.upload_weight(
-                    f,
-                    rows,
-                    cols,
-                    HostBytes::from_vec(bytes.clone()),
-                    Some(HostBytes::from_vec(scales.clone())),
-                    None,
-                )
-                .unwrap()
-            })
-            .collect();
+        let ws = weight_copies(&be, f, rows, cols, bytes, Some(scales));
+        let copies = ws.len();
         for n in [1usize, 2, 4, 8] {
-            let x: Vec<f32> = (0..n * cols)
-                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-                .collect();
+            let x = bench_x(n, cols);
             let xt = be.upload_f32(&x, &[n, cols]).unwrap();
             let mut out = be.alloc(DType::F32, &[n, rows]).unwrap();
             let ms = time_ms(&be, 5, 60, |i| {

@@ -6,13 +6,13 @@
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::CudaBackend;
-use pocket_kernels::{Backend, DType, HostBytes};
+use pocket_kernels::{Backend, DType};
 use pocket_quant::{GgmlType, QuantFormat};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{capture, random_bytes, time_ms, ROOF_TBPS};
+use bench::{bench_x, capture, random_bytes, time_ms, weight_copies, ROOF_TBPS};
 
 #[path = "cuda_common/step.rs"]
 mod step;
@@ -40,17 +40,9 @@ fn bench_gemv_split_shapes() {
                    bytes: Vec<u8>,
                    sc: Option<Vec<u8>>| {
         let wbytes = bytes.len() + sc.as_ref().map_or(0, |s| s.len());
-        let copies = (200usize << 20).div_ceil(wbytes).max(1);
-        let ws: Vec<_> = (0..copies)
-            .map(|_| {
-                let s = sc.clone().map(HostBytes::from_vec);
-                be.upload_weight(f, rows, cols, HostBytes::from_vec(bytes.clone()), s, None)
-                    .unwrap()
-            })
-            .collect();
-        let x: Vec<f32> = (0..cols)
-            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-            .collect();
+        let ws = weight_copies(&be, f, rows, cols, bytes, sc);
+        let copies = ws.len();
+        let x = bench_x(1, cols);
         let xt = be.upload_f32(&x, &[1, cols]).unwrap();
         let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
         let modes: &[(bool, &str)] = &[(false, "old"), (true, "split")];
@@ -144,17 +136,9 @@ fn bench_fp8_gemv_27b() {
             .flat_map(|_| 1e-3f32.to_le_bytes())
             .collect();
         let wbytes = bytes.len() + scales.len();
-        let copies = (200usize << 20).div_ceil(wbytes).max(1);
-        let (data, sc) = (HostBytes::from_vec(bytes), HostBytes::from_vec(scales));
-        let ws: Vec<_> = (0..copies)
-            .map(|_| {
-                be.upload_weight(f, rows, cols, data.clone(), Some(sc.clone()), None)
-                    .unwrap()
-            })
-            .collect();
-        let x: Vec<f32> = (0..cols)
-            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
-            .collect();
+        let ws = weight_copies(&be, f, rows, cols, bytes, Some(scales));
+        let copies = ws.len();
+        let x = bench_x(1, cols);
         let xt = be.upload_f32(&x, &[1, cols]).unwrap();
         let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
         let default = Fp8Row1::for_shape(rows, cols);

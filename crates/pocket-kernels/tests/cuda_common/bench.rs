@@ -5,7 +5,7 @@
 
 use pocket_kernels::cuda::graph::StepGraph;
 use pocket_kernels::cuda::CudaBackend;
-use pocket_kernels::Backend;
+use pocket_kernels::{Backend, HostBytes, Weight};
 use pocket_quant::{GgmlType, QuantFormat};
 
 /// Copy bandwidth of the H200 measured on the device machine (read + write), docs/…/cuda-kernels.md.
@@ -113,4 +113,33 @@ pub fn capture(be: &CudaBackend, f: impl FnOnce()) -> StepGraph {
     be.begin_capture().unwrap();
     f();
     be.end_capture().unwrap()
+}
+
+/// Enough device copies of one weight (codes `bytes`, optional tile `scales`) to exceed 200 MB,
+/// so a bench that rotates through them reads HBM, not the 50 MB L2.
+pub fn weight_copies(
+    be: &CudaBackend,
+    f: QuantFormat,
+    rows: usize,
+    cols: usize,
+    bytes: Vec<u8>,
+    scales: Option<Vec<u8>>,
+) -> Vec<Weight> {
+    let wbytes = bytes.len() + scales.as_ref().map_or(0, |s| s.len());
+    let copies = (200usize << 20).div_ceil(wbytes.max(1)).max(1);
+    let data = HostBytes::from_vec(bytes);
+    let sc = scales.map(HostBytes::from_vec);
+    (0..copies)
+        .map(|_| {
+            be.upload_weight(f, rows, cols, data.clone(), sc.clone(), None)
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The benches' activation values: `n` rows of `cols`, a fixed ramp in [-0.5, 0.5).
+pub fn bench_x(n: usize, cols: usize) -> Vec<f32> {
+    (0..n * cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
 }
