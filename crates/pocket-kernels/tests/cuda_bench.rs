@@ -7,24 +7,22 @@
 //! weight bytes read (the activation and output are tiny).
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::CudaBackend;
 use pocket_kernels::{Backend, DType, HostBytes};
 use pocket_quant::{GgmlType, QuantFormat};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{bench_x, capture, random_bytes, time_ms, variant_label, weight_copies, ROOF_TBPS};
+use bench::{
+    backend_or_skip, bench_x, capture, random_bytes, random_fp8, time_ms, variant_label,
+    weight_copies, ROOF_TBPS,
+};
 
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_gemv_and_gemm() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     println!("device: {}", be.name());
     let formats = [
@@ -141,12 +139,8 @@ fn bench_gemv_and_gemm() {
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_gemv_q8_variants() {
     use pocket_kernels::cuda::kernels::Q8Variant;
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     println!("device: {} ({} SMs)", be.name(), be.sm_count());
     use GgmlType as G;
@@ -263,12 +257,8 @@ mod step;
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_decode_step_q8_variants() {
     use pocket_kernels::cuda::kernels::Q8Variant;
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let qwen05 = step::Shape {
         hidden: 896,
@@ -330,12 +320,8 @@ fn bench_decode_step_q8_variants() {
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_decode_step_8b() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let mut lines = Vec::new();
     for (name, lf, of) in [
@@ -376,12 +362,8 @@ fn bench_decode_step_8b() {
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attention_decode() {
     use pocket_kernels::{AttentionMeta, AttentionParams};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let (heads, kvh, hd, bs) = (32usize, 8usize, 128usize, 16usize);
     let mut lines = Vec::new();
@@ -442,29 +424,13 @@ fn bench_attention_decode() {
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_fp8_gemv_and_gemm() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let f = QuantFormat::Fp8E4M3Block128;
     let mut lines = Vec::new();
     for &(rows, cols) in &[(17408usize, 5120usize), (5120, 17408), (5120, 5120)] {
-        // Random codes with the NaN codes (0x7f, 0xff) cleared, scales 1e-3.
-        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
-        let bytes: Vec<u8> = (0..rows * cols)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 24) as u8 & 0xf7
-            })
-            .collect();
-        let scales: Vec<u8> = (0..rows.div_ceil(128) * cols.div_ceil(128))
-            .flat_map(|_| 1e-3f32.to_le_bytes())
-            .collect();
+        let (bytes, scales) = random_fp8(rows, cols);
         let wbytes = bytes.len() + scales.len();
         let ws = weight_copies(&be, f, rows, cols, bytes, Some(scales));
         let copies = ws.len();

@@ -5,13 +5,12 @@
 //! `bench::time_ms` (CUDA events, warm-up, median).
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::CudaBackend;
 use pocket_kernels::{Backend, DType};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::time_ms;
+use bench::{backend_or_skip, time_ms};
 
 /// Decode attention at the engine's shapes (f32 cache, one sequence) from a 1-token context to
 /// 32k: Llama-3-8B (32/8 heads, head_dim 128), Qwen2.5-0.5B (14/2, group 7, head_dim 64) and
@@ -24,12 +23,8 @@ use bench::time_ms;
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attention_decode_shapes() {
     use pocket_kernels::{AttentionMeta, AttentionParams};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let mode = std::env::var("POCKET_ATTN").unwrap_or_else(|_| "current".into());
     let bs = 16usize;
@@ -104,12 +99,8 @@ fn bench_attention_decode_shapes() {
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attention_decode_head_split() {
     use pocket_kernels::{AttentionMeta, AttentionParams};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let bs = 16usize;
     let bucket = 256usize;

@@ -9,23 +9,18 @@
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::attn_prefill::{force_prefill_kernel, PrefillKernel};
-use pocket_kernels::cuda::CudaBackend;
 use pocket_kernels::{AttentionMeta, AttentionParams, Backend, DType};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::time_ms;
+use bench::{backend_or_skip, time_ms};
 
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attn_prefill() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let bs = 16usize;
     let shapes = [

@@ -5,14 +5,15 @@
 //! attention per model shape is in `cuda_bench_attn_decode.rs`). Timing: `bench::time_ms`.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::CudaBackend;
 use pocket_kernels::{Backend, DType};
 use pocket_quant::{GgmlType, QuantFormat};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{bench_x, capture, random_bytes, time_ms, weight_copies, ROOF_TBPS};
+use bench::{
+    backend_or_skip, bench_x, capture, random_bytes, random_fp8, time_ms, weight_copies, ROOF_TBPS,
+};
 
 #[path = "cuda_common/step.rs"]
 mod step;
@@ -26,12 +27,8 @@ mod step;
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_gemv_split_shapes() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let mut lines = Vec::new();
     let mut run = |f: QuantFormat,
@@ -101,12 +98,8 @@ fn bench_gemv_split_shapes() {
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_fp8_gemv_27b() {
     use pocket_kernels::cuda::Fp8Row1;
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let f = QuantFormat::Fp8E4M3Block128;
     // (rows, cols, uses per decode step of the 27B model).
@@ -122,19 +115,7 @@ fn bench_fp8_gemv_27b() {
     let mut lines = Vec::new();
     let (mut step_default, mut step_best, mut step_bytes) = (0f64, 0f64, 0f64);
     for &(rows, cols, uses) in &shapes {
-        // Random codes with the NaN codes (0x7f, 0xff) cleared, scales 1e-3.
-        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
-        let bytes: Vec<u8> = (0..rows * cols)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 24) as u8 & 0xf7
-            })
-            .collect();
-        let scales: Vec<u8> = (0..rows.div_ceil(128) * cols.div_ceil(128))
-            .flat_map(|_| 1e-3f32.to_le_bytes())
-            .collect();
+        let (bytes, scales) = random_fp8(rows, cols);
         let wbytes = bytes.len() + scales.len();
         let ws = weight_copies(&be, f, rows, cols, bytes, Some(scales));
         let copies = ws.len();
@@ -202,12 +183,8 @@ fn bench_fp8_gemv_27b() {
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_delta_rule_prefill() {
     use pocket_kernels::{DeltaRuleParams, HeadGrouping, RecurrentMeta};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let p = DeltaRuleParams {
         k_heads: 16,
@@ -266,12 +243,8 @@ fn bench_delta_rule_prefill() {
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_decode_step_8b_pdl() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     if !be.pdl_supported() {
         eprintln!("skipped: PDL needs the sm_90 cubin");
@@ -325,12 +298,8 @@ fn bench_decode_step_8b_pdl() {
 fn bench_qkv_rope_kv_write() {
     use pocket_kernels::rope::{RopeConfig, RopeLayout, RopeScaling};
     use pocket_kernels::{AttentionMeta, QkvBias, QkvRopeParams, QkvSource, RopeTable};
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let mut lines = Vec::new();
     for &(name, h, kvh, hd, bias) in &[
@@ -434,12 +403,8 @@ fn bench_qkv_rope_kv_write() {
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_small_decode_kernels() {
-    let be = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(be) = backend_or_skip() else {
+        return;
     };
     let label = match std::env::var("POCKET_SMALL_KERNELS").as_deref() {
         Ok("old") => "old",

@@ -143,3 +143,32 @@ pub fn bench_x(n: usize, cols: usize) -> Vec<f32> {
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect()
 }
+
+/// Random FP8 codes for a `rows x cols` weight with the NaN codes (0x7f, 0xff) cleared, and its
+/// 128x128 tile scales (all 1e-3), as f32 bytes.
+pub fn random_fp8(rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
+    let bytes: Vec<u8> = (0..rows * cols)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8 & 0xf7
+        })
+        .collect();
+    let scales: Vec<u8> = (0..rows.div_ceil(128) * cols.div_ceil(128))
+        .flat_map(|_| 1e-3f32.to_le_bytes())
+        .collect();
+    (bytes, scales)
+}
+
+/// The CUDA backend on device 0, or `None` after printing why a bench is skipped.
+pub fn backend_or_skip() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
