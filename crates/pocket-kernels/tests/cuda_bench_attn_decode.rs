@@ -5,7 +5,8 @@
 //! `bench::time_ms` (CUDA events, warm-up, median).
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::{Backend, DType};
+use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::{AttentionParams, Backend, DType, Tensor};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
@@ -19,10 +20,50 @@ use bench::{backend_or_skip, time_ms};
 /// split count is sized. Bandwidth counts the K and V bytes of the context once; up to ~4k keys
 /// they stay in the 60 MB L2 between calls, so those GB/s are not HBM figures. Run once per
 /// `POCKET_ATTN` (unset: the decode kernel; `generic`: the per-head kernel) to compare.
+/// One decode row's attention inputs over an f32 paged cache of `nblocks` blocks of `bs` keys:
+/// the caches, an identity block table, the parameters, q (all 0.01) and the output.
+struct Decode1 {
+    kc: Tensor,
+    vc: Tensor,
+    tables: Vec<u32>,
+    p: AttentionParams,
+    q: Tensor,
+    out: Tensor,
+}
+
+impl Decode1 {
+    fn new(
+        be: &CudaBackend,
+        heads: usize,
+        kvh: usize,
+        hd: usize,
+        nblocks: usize,
+        bs: usize,
+    ) -> Self {
+        Decode1 {
+            kc: be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap(),
+            vc: be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap(),
+            tables: (0..nblocks as u32).collect(),
+            p: AttentionParams {
+                num_heads: heads,
+                num_kv_heads: kvh,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                sliding_window: None,
+                softcap: None,
+            },
+            q: be
+                .upload_f32(&vec![0.01; heads * hd], &[1, heads, hd])
+                .unwrap(),
+            out: be.alloc(DType::F32, &[1, heads, hd]).unwrap(),
+        }
+    }
+}
+
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attention_decode_shapes() {
-    use pocket_kernels::{AttentionMeta, AttentionParams};
+    use pocket_kernels::AttentionMeta;
     let Some(be) = backend_or_skip() else {
         return;
     };
@@ -37,21 +78,14 @@ fn bench_attention_decode_shapes() {
         ("Qwen3.5-27B", 24, 4, 256),
     ] {
         let nblocks = max_ctx / bs;
-        let kc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let vc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let tables: Vec<u32> = (0..nblocks as u32).collect();
-        let p = AttentionParams {
-            num_heads: heads,
-            num_kv_heads: kvh,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            sliding_window: None,
-            softcap: None,
-        };
-        let q = be
-            .upload_f32(&vec![0.01; heads * hd], &[1, heads, hd])
-            .unwrap();
-        let mut out = be.alloc(DType::F32, &[1, heads, hd]).unwrap();
+        let Decode1 {
+            kc,
+            vc,
+            tables,
+            p,
+            q,
+            mut out,
+        } = Decode1::new(&be, heads, kvh, hd, nblocks, bs);
         for &ctx in &ctxs {
             let mut us = [0.0f64; 2];
             let bucket = ctx.next_power_of_two().max(256);
@@ -98,7 +132,7 @@ fn bench_attention_decode_shapes() {
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_attention_decode_head_split() {
-    use pocket_kernels::{AttentionMeta, AttentionParams};
+    use pocket_kernels::AttentionMeta;
     let Some(be) = backend_or_skip() else {
         return;
     };
@@ -112,21 +146,14 @@ fn bench_attention_decode_head_split() {
         ("Qwen3.5-27B", 24, 4, 256),
     ] {
         let nblocks = bucket / bs;
-        let kc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let vc = be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap();
-        let tables: Vec<u32> = (0..nblocks as u32).collect();
-        let p = AttentionParams {
-            num_heads: heads,
-            num_kv_heads: kvh,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            sliding_window: None,
-            softcap: None,
-        };
-        let q = be
-            .upload_f32(&vec![0.01; heads * hd], &[1, heads, hd])
-            .unwrap();
-        let mut out = be.alloc(DType::F32, &[1, heads, hd]).unwrap();
+        let Decode1 {
+            kc,
+            vc,
+            tables,
+            p,
+            q,
+            mut out,
+        } = Decode1::new(&be, heads, kvh, hd, nblocks, bs);
         for ctx in [1usize, 5, 16, 64, 256] {
             let meta = AttentionMeta {
                 query_start: be.upload_u32(&[0, 1], &[2]).unwrap(),
