@@ -142,6 +142,8 @@ fn bench_gemv_q8_variants() {
     let Some(be) = backend_or_skip() else {
         return;
     };
+    // The variant in force (POCKET_GEMV_Q8 or auto), restored after the A/B.
+    let before = be.q8_gemv_variant();
     println!("device: {} ({} SMs)", be.name(), be.sm_count());
     use GgmlType as G;
     let mut cases: Vec<(&str, &str, GgmlType, usize, usize)> = Vec::new();
@@ -234,12 +236,7 @@ fn bench_gemv_q8_variants() {
             lines.push(line);
         }
     }
-    be.set_q8_gemv_variant(
-        std::env::var("POCKET_GEMV_Q8")
-            .ok()
-            .and_then(|s| Q8Variant::parse(&s))
-            .unwrap_or(Q8Variant::Auto),
-    );
+    be.set_q8_gemv_variant(before);
     println!("\n==== summary: one-row dp4a GEMV variants (graph column: in-step cost) ====");
     for l in lines {
         println!("{l}");
@@ -260,6 +257,8 @@ fn bench_decode_step_q8_variants() {
     let Some(be) = backend_or_skip() else {
         return;
     };
+    // The variant in force (POCKET_GEMV_Q8 or auto), restored after the A/B.
+    let before = be.q8_gemv_variant();
     let qwen05 = step::Shape {
         hidden: 896,
         heads: 14,
@@ -303,12 +302,7 @@ fn bench_decode_step_q8_variants() {
             lines.push(line);
         }
     }
-    be.set_q8_gemv_variant(
-        std::env::var("POCKET_GEMV_Q8")
-            .ok()
-            .and_then(|s| Q8Variant::parse(&s))
-            .unwrap_or(Q8Variant::Auto),
-    );
+    be.set_q8_gemv_variant(before);
     println!("\n==== summary: decode step, one-row dp4a GEMV legacy vs auto ====");
     for l in lines {
         println!("{l}");
