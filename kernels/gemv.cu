@@ -202,11 +202,11 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
     X(iq4_xs, DotIQ4_XS)
 FOR_EACH_Q8(DEF_GEMV_Q8)
 
-// gemv_q8w_<fmt>: the n = 1 warp-per-row kernel made PDL-aware, for short rows (<= 64 work items:
-// the 576..1536-column matrices of SmolLM2 and Qwen2.5-0.5B, where a 4-row block of gemv_q8r
-// leaves 100 of its 128 threads idle and runs each row through one thread's 4 x 11 loads).
+// gemv_q8w_<fmt>: the n = 1 warp-per-row kernel made PDL-aware, for short rows (<= 64 work items).
 // Every lane has at most 2 items of its row, all loads of the row are issued at once, and no
-// shared memory or barrier is needed. Also Q3_K's one-row kernel (prefers_warp_per_row).
+// shared memory or barrier is needed. Measured on the H200 it beat gemv_q8r only on Q5_0 rows of
+// tall matrices (Qwen2.5-0.5B's 9728 x 896 gate|up), where the host picks it (gemv_q8.rs); also
+// Q3_K's one-row kernel (prefers_warp_per_row).
 #define DEF_GEMV_Q8W(name, D)                                                                  \
     extern "C" __global__ void __launch_bounds__(128) gemv_q8w_##name(                        \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \

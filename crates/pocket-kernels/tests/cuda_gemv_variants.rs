@@ -28,9 +28,9 @@ fn kernel_choice() -> std::sync::MutexGuard<'static, ()> {
 ///   Shapes: the Gated DeltaNet's 48 x 5120, a second column pass of each split kernel (8200
 ///   columns = 1025 chunks over 256 x 4; 4104 = 513 over 128 x 4), a partial last block of four
 ///   rows (1101), and 1036 columns (not a multiple of 8: `gemv_f` serves it).
-/// * Q4_0 and Q8_0: the `auto` per-shape choice (at these sizes `gemv_q8r1_*` and, for 2048
-///   columns of Q4_0, `gemv_q8w_*`) vs `gemv_q8r_*`, with partial last blocks (every variant
-///   is also covered by `q8_gemv_variants_match_references_and_repeat_bit_for_bit`).
+/// * Q4_0 and Q8_0: the `auto` per-shape choice (`gemv_q8r_*` for these formats) vs the
+///   legacy one (`gemv_q8r64_*` where the columns fit one pass), with partial last blocks
+///   (every variant is also covered by `q8_gemv_variants_match_references_and_repeat_bit_for_bit`).
 #[test]
 fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
     let _choice = kernel_choice();

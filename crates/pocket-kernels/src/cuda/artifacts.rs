@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3429b30c035cb2e55c462eb9a4e01a1ac47e8529791f76b21036be359fb00cc5";
+    "22b5b8cfd170bd6964820a8719bb91f1b695b9b7c48a231b04fcdd28ca8e7654";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -166,7 +166,7 @@ impl Q8Gemv {
 }
 
 /// The one-row (decode) dp4a GEMV kernel, process-wide (`POCKET_GEMV_Q8`, or
-/// `CudaBackend::set_q8_gemv_variant`): `Auto` picks per shape (kernels/gemv.cu), the others
+/// `CudaBackend::set_q8_gemv_variant`): `Auto` picks per shape (`gemv_q8.rs`), the others
 /// force one kernel for A/B measurements, falling back to `gemv_q8r_*` where the forced one is
 /// not built for the format or shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
