@@ -2,6 +2,7 @@
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
 use super::kernels::{CacheType, Kernel};
+use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
@@ -187,8 +188,8 @@ impl CudaBackend {
 /// Whether decode attention writes its output's Q8 quantization for the output projection
 /// (`POCKET_ATTN_Q8=0` turns it off: the GEMV quantizes in its own launch, as before).
 fn fused_q8_output() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("POCKET_ATTN_Q8").map_or(true, |v| v != "0"))
+    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_ATTN_Q8");
+    ON.on()
 }
 
 /// Heads per decode block (0 or >= group: the whole group) and blocks per KV head for a group of

@@ -37,6 +37,7 @@ mod qkv_rope;
 mod recurrent;
 mod sample;
 mod split;
+mod switch;
 mod transfer;
 
 use std::ffi::c_void;
@@ -156,6 +157,7 @@ impl CudaBackend {
         let stream = ctx.new_stream().map_err(unavailable)?;
         let kernels = KernelTable::load(&ctx, cc)?;
         let pool = Pool::new(ctx.clone());
+        static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
@@ -167,7 +169,7 @@ impl CudaBackend {
             scratch: Mutex::new(Scratch::default()),
             cc,
             sm_count,
-            sync_each: std::env::var("POCKET_CUDA_SYNC").is_ok_and(|v| v == "1"),
+            sync_each: SYNC_EACH.on(),
             // The fused variant measured slower on the H200 (docs/performance/cuda-kernels.md,
             // run 5): off unless asked for.
             q8_cache: Mutex::new(None),

@@ -3,6 +3,7 @@
 
 use super::kernels::Kernel;
 use super::matmul::{q8_scratch_bytes, Q8Bufs, GEMV_MAX_ROWS};
+use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::rope::{DeviceRope, RopeLayout};
@@ -106,9 +107,8 @@ pub(crate) fn norm_q8_scratch(
     rows: usize,
     d: usize,
 ) -> Result<Option<Q8Bufs>> {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("POCKET_NORM_Q8").is_ok_and(|v| v == "0"));
-    if off || rows == 0 || rows > GEMV_MAX_ROWS || !d.is_multiple_of(32) {
+    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_NORM_Q8");
+    if !ON.on() || rows == 0 || rows > GEMV_MAX_ROWS || !d.is_multiple_of(32) {
         return Ok(None);
     }
     let mut scratch = be
