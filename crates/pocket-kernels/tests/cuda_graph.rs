@@ -212,3 +212,97 @@ fn a_capture_without_warm_up_owns_the_scratch_it_allocates() {
         );
     }
 }
+
+/// The L2 prefetch of the next decode GEMV's weight (cuda/prefetch.rs) only touches caches:
+/// eager steps and graph replays with it on give logits bit-identical to steps with it off. The
+/// graph captured with it on holds the forked prefetches (more edges than without) and, where
+/// PDL is on, still its programmatic edges; the side stream rejoins, or `end_capture` would fail.
+/// Skipped without a GPU.
+#[test]
+fn l2_prefetch_keeps_decode_logits_and_graph_edges() {
+    let be = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let before = (
+        be.l2_prefetch(),
+        be.l2_prefetch_budget(),
+        be.l2_prefetch_grid(),
+    );
+    for (shape, fmt) in [
+        (SMALL, GgmlType::Q4_0),
+        (MEDIUM, GgmlType::Q4_0),
+        (MEDIUM, GgmlType::Q4_K),
+        (MEDIUM, GgmlType::Q8_0),
+    ] {
+        let label = format!("{fmt:?} hidden {}", shape.hidden);
+        let mut st = Step::new(&be, shape, fmt, GgmlType::Q6_K, 40);
+        be.set_l2_prefetch(false);
+        st.run(&be);
+        let plain = be.read_f32(&st.logits).unwrap();
+        assert!(plain.iter().all(|v| v.is_finite()), "{label}: not finite");
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let off_graph = be.end_capture().unwrap();
+
+        // A small budget and piece so a prefetch spans several blocks even at this size.
+        be.set_l2_prefetch(true);
+        be.set_l2_prefetch_budget(1 << 20);
+        be.set_l2_prefetch_grid(2, 4096);
+        for _ in 0..3 {
+            st.run(&be);
+            assert_eq!(
+                be.read_f32(&st.logits).unwrap(),
+                plain,
+                "{label}: eager step with the L2 prefetch differs"
+            );
+        }
+        be.write_f32(
+            &mut st.logits,
+            &vec![f32::NAN; plain.len()],
+            &[1, plain.len()],
+        )
+        .unwrap();
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        st.run(&be);
+        let graph = be.end_capture().unwrap();
+        for i in 0..10 {
+            graph.replay().unwrap();
+            assert_eq!(
+                be.read_f32(&st.logits).unwrap(),
+                plain,
+                "{label}: graph replay {i} with the L2 prefetch differs"
+            );
+        }
+        // Edge counts need a CUDA 12.3+ driver; without one the results above still hold.
+        if let (Ok((prog_on, on)), Ok((prog_off, off))) =
+            (graph.edge_counts(), off_graph.edge_counts())
+        {
+            eprintln!(
+                "{label}: edges {off} ({prog_off} programmatic) without the prefetch, \
+                 {on} ({prog_on} programmatic) with it"
+            );
+            assert!(
+                on > off,
+                "{label}: the capture holds no forked prefetch ({on} vs {off} edges)"
+            );
+            if be.pdl() {
+                assert!(
+                    prog_on > 0 && prog_on == prog_off,
+                    "{label}: the prefetch changed the programmatic edges ({prog_on} vs {prog_off})"
+                );
+            }
+        }
+        be.set_l2_prefetch(false);
+        off_graph.replay().unwrap();
+        assert_eq!(be.read_f32(&st.logits).unwrap(), plain, "{label}");
+    }
+    be.set_l2_prefetch(before.0);
+    be.set_l2_prefetch_budget(before.1);
+    be.set_l2_prefetch_grid(before.2 .0, before.2 .1 as usize);
+}

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "22b5b8cfd170bd6964820a8719bb91f1b695b9b7c48a231b04fcdd28ca8e7654";
+    "bc1b503c166c9c41f2249543adab039ed5eead7f7a5ecc2627ede5afdbef7f5a";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +24,8 @@ pub enum ModuleId {
     GemvFp8,
     /// `kernels/norm.cu`.
     Norm,
+    /// `kernels/prefetch.cu`.
+    Prefetch,
     /// `kernels/qkv_rope.cu`.
     QkvRope,
     /// `kernels/sample.cu`.
@@ -43,6 +45,7 @@ impl ModuleId {
         ModuleId::Gemv,
         ModuleId::GemvFp8,
         ModuleId::Norm,
+        ModuleId::Prefetch,
         ModuleId::QkvRope,
         ModuleId::Sample,
         ModuleId::Split,
@@ -59,6 +62,7 @@ impl ModuleId {
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
+            ModuleId::Prefetch => "prefetch",
             ModuleId::QkvRope => "qkv_rope",
             ModuleId::Sample => "sample",
             ModuleId::Split => "split",
@@ -76,6 +80,7 @@ impl ModuleId {
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
+            ModuleId::Prefetch => include_str!("../../ptx/prefetch.ptx"),
             ModuleId::QkvRope => include_str!("../../ptx/qkv_rope.ptx"),
             ModuleId::Sample => include_str!("../../ptx/sample.ptx"),
             ModuleId::Split => include_str!("../../ptx/split.ptx"),
@@ -93,6 +98,7 @@ impl ModuleId {
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
+            ModuleId::Prefetch => include_bytes!("../../ptx/prefetch.sm90.cubin"),
             ModuleId::QkvRope => include_bytes!("../../ptx/qkv_rope.sm90.cubin"),
             ModuleId::Sample => include_bytes!("../../ptx/sample.sm90.cubin"),
             ModuleId::Split => include_bytes!("../../ptx/split.sm90.cubin"),

@@ -205,6 +205,8 @@ impl Backend for CudaBackend {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err("synchronize", e))?;
+        // The L2 prefetches on the side stream too (cuda/prefetch.rs).
+        self.l2_prefetch_join()?;
         self.stream
             .synchronize()
             .map_err(|e| cuda_err("synchronize", e))

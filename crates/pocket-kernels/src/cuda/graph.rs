@@ -49,6 +49,8 @@ impl CudaBackend {
     /// Starts recording every op launched on this device instead of running it.
     pub fn begin_capture(&self) -> Result<()> {
         self.invalidate_q8();
+        // Eager L2 prefetches still in flight on the side stream stay out of the capture.
+        self.l2_prefetch_join()?;
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_err("begin_capture", e))?;
@@ -59,10 +61,13 @@ impl CudaBackend {
     /// Stops recording and instantiates the graph.
     pub fn end_capture(&self) -> Result<StepGraph> {
         self.invalidate_q8();
+        // Every stream the capture forked (the L2 prefetch's side stream) must rejoin it.
+        let joined = self.l2_prefetch_join();
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         // Closed whatever the outcome; without a graph nothing captured will run, so the blocks
         // freed meanwhile go straight back to the cache when `freed` drops.
         let freed = self.pool.end_capture();
+        joined?;
         let g = ended
             .map_err(|e| cuda_err("end_capture", e))?
             .ok_or_else(|| cuda_err("end_capture", "nothing was captured"))?;

@@ -273,6 +273,10 @@ pub enum Kernel {
     Argmax,
     /// Device sampling (greedy or temperature / top-k / top-p / min-p), one block per row.
     SampleRows,
+    /// Brings a byte range into L2 (`kernels/prefetch.cu`; the next decode GEMV's weight).
+    PrefetchL2,
+    /// Busy-waits one thread for a time (benchmarks' stand-in for the small kernels).
+    SpinNs,
     QuantizeQ8,
     AttnCombine,
     KvWrite(CacheType),
@@ -390,6 +394,8 @@ impl Kernel {
             Kernel::ActQ8KF16 => (M::Elementwise, "act_q8k_f16"),
             Kernel::Argmax => (M::Argmax, "argmax_rows"),
             Kernel::SampleRows => (M::Sample, "sample_rows"),
+            Kernel::PrefetchL2 => (M::Prefetch, "prefetch_l2"),
+            Kernel::SpinNs => (M::Prefetch, "spin_ns"),
             Kernel::QuantizeQ8 => (M::Gemv, "quantize_q8"),
             Kernel::AttnCombine => (M::Attention, "attn_combine"),
             Kernel::KvWrite(c) => (

@@ -121,6 +121,13 @@ pub(crate) fn check_matmul_shapes(
 }
 
 pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
+    matmul_any(be, x, w, out)?;
+    // After a decode GEMV, the L2 prefetch of the next one's weight (cuda/prefetch.rs; off
+    // unless POCKET_L2_PREFETCH=1).
+    be.after_decode_gemv(w, x.rows())
+}
+
+fn matmul_any(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
     const OP: &str = "matmul";
     if let Some(kind) = super::matmul_fp8::Fp8Kind::of(w.format) {
         return super::matmul_fp8::matmul(be, kind, x, w, out);

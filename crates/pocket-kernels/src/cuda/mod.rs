@@ -33,6 +33,7 @@ mod matmul;
 mod matmul_fp8;
 pub mod memory;
 mod ops;
+mod prefetch;
 mod qkv_rope;
 mod recurrent;
 mod sample;
@@ -113,6 +114,8 @@ pub struct CudaBackend {
     /// no `griddepcontrol.wait` (pdl_wait() compiles to nothing below sm_90), so launching it
     /// with the attribute would let a kernel read its predecessor's output early.
     pdl_supported: bool,
+    /// The L2 prefetch of the next decode GEMV's weight on a side stream (`prefetch`).
+    l2: prefetch::L2Prefetch,
 }
 
 /// PDL where supported unless `POCKET_PDL=0`.
@@ -181,6 +184,7 @@ impl CudaBackend {
             ),
             pdl: std::sync::atomic::AtomicBool::new(pdl_supported && pdl_from_env()),
             pdl_supported,
+            l2: prefetch::L2Prefetch::from_env(),
         })
     }
 
