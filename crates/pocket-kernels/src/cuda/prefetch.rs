@@ -66,6 +66,23 @@ struct State {
     pending: bool,
 }
 
+impl State {
+    /// Records that a GEMV over the weight at `ptr` (`len` bytes) follows the previous one and
+    /// returns the weight learned to follow it, if any; `None` also for a repeat of the previous
+    /// weight (handled already).
+    fn learn(&mut self, ptr: u64, len: usize) -> Option<(u64, usize)> {
+        match self.prev {
+            Some(p) if p == ptr => return None,
+            Some(p) => {
+                self.next.insert(p, (ptr, len));
+            }
+            None => {}
+        }
+        self.prev = Some(ptr);
+        self.next.get(&ptr).copied()
+    }
+}
+
 /// The side stream and its fork and join events (reused: a wait takes the event's state when
 /// it is enqueued).
 struct Side {
@@ -185,22 +202,18 @@ impl CudaBackend {
         self.launch("spin_ns", Kernel::SpinNs, (1, 1, 1), 32, args![ns])
     }
 
-    /// Called after `matmul` launched a GEMV over weight `w` for `n` activation rows: learns the
-    /// GEMV order and, where the successor of `w` is known, forks its prefetch. Does nothing
-    /// while the prefetch is off or for prefill-sized batches.
+    /// Called after an op launched a GEMV over weight `w` for `n` activation rows (`matmul`, and
+    /// every fused op that launches its own GEMV must call it too, or the learned order skips
+    /// that weight): learns the GEMV order and, where the successor of `w` is known, forks its
+    /// prefetch. Does nothing while the prefetch is off or for prefill-sized batches. A second
+    /// call for the same weight in a row (a fused op that fell back to `matmul`) does nothing.
     pub(crate) fn after_decode_gemv(&self, w: &Weight, n: usize) -> Result<()> {
         if !self.l2_prefetch() || n == 0 || n > GEMV_MAX_ROWS {
             return Ok(());
         }
         let (ptr, len) = weight_range(self, "matmul", w)?;
         let mut s = self.l2.lock()?;
-        if let Some(p) = s.prev {
-            if p != ptr {
-                s.next.insert(p, (ptr, len));
-            }
-        }
-        s.prev = Some(ptr);
-        let Some(&(next, next_len)) = s.next.get(&ptr) else {
+        let Some((next, next_len)) = s.learn(ptr, len) else {
             return Ok(());
         };
         let n = next_len.min(self.l2_prefetch_budget());
@@ -289,7 +302,26 @@ impl CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::{chunk_bytes, grid_blocks};
+    use super::{chunk_bytes, grid_blocks, State};
+
+    #[test]
+    fn the_gemv_order_is_learned_cyclically_and_repeats_are_ignored() {
+        let mut s = State::default();
+        // Step 1 (eager): nothing is known yet.
+        for w in [10, 20, 30] {
+            assert_eq!(s.learn(w, w as usize), None);
+        }
+        // Step 2: the first GEMV learns it follows the last of step 1 (the cycle); the others
+        // know their successors from step 1, the last one the first (learned just now).
+        assert_eq!(s.learn(10, 10), Some((20, 20)));
+        assert_eq!(s.learn(10, 10), None, "a repeat of the previous weight");
+        assert_eq!(s.learn(20, 20), Some((30, 30)));
+        assert_eq!(s.learn(30, 30), Some((10, 10)));
+        // A changed order overwrites: 20 is now followed by 40.
+        assert_eq!(s.learn(20, 20), Some((30, 30)));
+        assert_eq!(s.learn(40, 40), None);
+        assert_eq!(s.learn(20, 20), Some((40, 40)));
+    }
 
     #[test]
     fn pieces_are_whole_16_byte_units_of_at_least_a_line() {
