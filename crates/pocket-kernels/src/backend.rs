@@ -261,6 +261,30 @@ pub trait Backend: Send + Sync {
         Err(unsupported(self, "sigmoid_mul"))
     }
 
+    /// The decode step of a Gated DeltaNet layer between its in- and out-projections (every
+    /// sequence has at most one row): conv + SiLU with the window update, gates, the recurrent
+    /// delta rule and the gated RMSNorm, reading the projections' outputs in place; writes `out`
+    /// (`[n, v_heads * v_dim]`, the out projection's input). The default is the composition of
+    /// the ops above ([`crate::recurrent::deltanet_decode_composed`], which allocates); CUDA runs
+    /// one fused kernel.
+    fn gated_deltanet_decode(
+        &self,
+        inputs: &crate::recurrent::DeltaNetDecodeInputs<'_>,
+        conv_state: &mut Tensor,
+        state: &mut Tensor,
+        meta: &RecurrentMeta,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        crate::recurrent::deltanet_decode_composed(self, inputs, conv_state, state, meta, out)
+    }
+
+    /// Whether [`Backend::gated_deltanet_decode`] is a fused op for these params and conv taps
+    /// (a layer then takes it for decode batches; default false: keep the unfused ops).
+    fn fused_deltanet_decode(&self, params: &DeltaRuleParams, kernel: usize) -> bool {
+        let _ = (params, kernel);
+        false
+    }
+
     // ---- fused projections ----------------------------------------------------------------
 
     /// Splits each row of `x` (`[n, w_0 + w_1 + ...]`) into consecutive column ranges, one per

@@ -294,3 +294,155 @@ pub(crate) fn half_width(op: &'static str, w: usize) -> Result<usize> {
     }
     Ok(w / 2)
 }
+
+// ---- the fused decode step of a Gated DeltaNet layer ------------------------------------------
+
+/// Columns `col..col + width` of every row of `tensor`, the width implied by the use: one part of
+/// a stacked projection's output read in place (`col` 0 and the whole row for a separate one).
+#[derive(Clone, Copy)]
+pub struct ColumnRange<'a> {
+    /// The `[n, row_len]` f32 tensor holding the columns.
+    pub tensor: &'a Tensor,
+    /// First column.
+    pub col: usize,
+}
+
+/// Inputs of [`crate::Backend::gated_deltanet_decode`]: the projections' outputs of one decode
+/// step (one row per sequence) and the layer's weights.
+pub struct DeltaNetDecodeInputs<'a> {
+    /// The mixed `[q | k | v]` row, `params.qkv_width()` columns, before the conv.
+    pub qkv: ColumnRange<'a>,
+    /// The output gate `z`, `v_heads * v_dim` columns.
+    pub z: ColumnRange<'a>,
+    /// The write strength `b` (beta = sigmoid(b)), `v_heads` columns.
+    pub b: ColumnRange<'a>,
+    /// The decay input `a`, `v_heads` columns.
+    pub a: ColumnRange<'a>,
+    /// `[qkv_width, kernel]` f32 depthwise conv taps.
+    pub conv_weight: &'a Tensor,
+    /// `[v_heads]` f32 `-exp(A_log)`.
+    pub a_neg: &'a Tensor,
+    /// `[v_heads]` f32 decay bias.
+    pub dt_bias: &'a Tensor,
+    /// `[v_dim]` f32 scale of the gated RMSNorm.
+    pub norm_weight: &'a Tensor,
+    /// Epsilon of the gated RMSNorm.
+    pub norm_eps: f32,
+    /// Heads, dims and grouping of the delta rule.
+    pub params: DeltaRuleParams,
+}
+
+/// Checks the fused decode step's inputs against each other and `out`, and returns the number of
+/// rows `n` (all four sources have `n` rows; `out` is `[n, v_heads * v_dim]`).
+pub(crate) fn check_decode_inputs(
+    op: &'static str,
+    inp: &DeltaNetDecodeInputs<'_>,
+    out: &Tensor,
+) -> Result<usize> {
+    let p = &inp.params;
+    if p.k_heads == 0 || p.v_heads == 0 || !p.v_heads.is_multiple_of(p.k_heads) {
+        return Err(shape_err(
+            op,
+            format!(
+                "{} value heads cannot share {} key heads",
+                p.v_heads, p.k_heads
+            ),
+        ));
+    }
+    let vw = p.v_heads * p.v_dim;
+    let n = inp.qkv.tensor.rows();
+    for (name, r, width) in [
+        ("qkv", inp.qkv, p.qkv_width()),
+        ("z", inp.z, vw),
+        ("b", inp.b, p.v_heads),
+        ("a", inp.a, p.v_heads),
+    ] {
+        if r.tensor.rows() != n || r.col + width > r.tensor.row_len() {
+            return Err(shape_err(
+                op,
+                format!(
+                    "`{name}`: columns {}..{} of {:?} (the batch has {n} rows)",
+                    r.col,
+                    r.col + width,
+                    r.tensor.shape
+                ),
+            ));
+        }
+    }
+    conv_taps(op, inp.conv_weight, p.qkv_width())?;
+    for (name, t, want) in [
+        ("a_neg", inp.a_neg, p.v_heads),
+        ("dt_bias", inp.dt_bias, p.v_heads),
+        ("norm_weight", inp.norm_weight, p.v_dim),
+        ("out", out, n * vw),
+    ] {
+        if t.numel() != want {
+            return Err(shape_err(
+                op,
+                format!("`{name}` has {} elements, expected {want}", t.numel()),
+            ));
+        }
+    }
+    Ok(n)
+}
+
+/// The fused decode step as the composition of the unfused ops (the default of
+/// [`crate::Backend::gated_deltanet_decode`] and the reference its fused kernels are tested
+/// against): column ranges are copied out with `split_columns`, then `causal_conv1d_silu`,
+/// `delta_gates`, `gated_delta_rule_recurrent` and `gated_rms_norm`. It allocates its
+/// intermediates, so it is for backends that do not capture graphs (the CPU) and for tests.
+pub fn deltanet_decode_composed<B: crate::Backend + ?Sized>(
+    be: &B,
+    inp: &DeltaNetDecodeInputs<'_>,
+    conv_state: &mut Tensor,
+    state: &mut Tensor,
+    meta: &RecurrentMeta,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "gated_deltanet_decode";
+    let n = check_decode_inputs(OP, inp, out)?;
+    let p = &inp.params;
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    let qkv = columns(be, inp.qkv, w)?;
+    let z = columns(be, inp.z, vw)?;
+    let b = columns(be, inp.b, h)?;
+    let a = columns(be, inp.a, h)?;
+    let qkv = qkv.as_ref().unwrap_or(inp.qkv.tensor);
+    let z = z.as_ref().unwrap_or(inp.z.tensor);
+    let b = b.as_ref().unwrap_or(inp.b.tensor);
+    let a = a.as_ref().unwrap_or(inp.a.tensor);
+    let mut conv = be.alloc(crate::DType::F32, &[n, w])?;
+    be.causal_conv1d_silu(qkv, inp.conv_weight, conv_state, meta, &mut conv)?;
+    let mut g = be.alloc(crate::DType::F32, &[n, h])?;
+    let mut beta = be.alloc(crate::DType::F32, &[n, h])?;
+    be.delta_gates(a, b, inp.a_neg, inp.dt_bias, &mut g, &mut beta)?;
+    let mut core = be.alloc(crate::DType::F32, &[n, vw])?;
+    be.gated_delta_rule_recurrent(&conv, &g, &beta, state, meta, p, &mut core)?;
+    be.gated_rms_norm(&core, z, inp.norm_weight, inp.norm_eps, out)
+}
+
+/// A copy of `width` columns of `r` when they are not the whole row (`None`: use `r.tensor`).
+fn columns<B: crate::Backend + ?Sized>(
+    be: &B,
+    r: ColumnRange<'_>,
+    width: usize,
+) -> Result<Option<Tensor>> {
+    let (n, row) = (r.tensor.rows(), r.tensor.row_len());
+    if r.col == 0 && width == row {
+        return Ok(None);
+    }
+    let part = |w: usize| -> Result<Option<Tensor>> {
+        (w > 0)
+            .then(|| be.alloc(crate::DType::F32, &[n, w]))
+            .transpose()
+    };
+    let mut before = part(r.col)?;
+    let mut mid = be.alloc(crate::DType::F32, &[n, width])?;
+    let mut after = part(row - r.col - width)?;
+    let mut outs: Vec<&mut Tensor> = Vec::with_capacity(3);
+    outs.extend(before.as_mut());
+    outs.push(&mut mid);
+    outs.extend(after.as_mut());
+    be.split_columns(r.tensor, &mut outs)?;
+    Ok(Some(mid))
+}

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "bc1b503c166c9c41f2249543adab039ed5eead7f7a5ecc2627ede5afdbef7f5a";
+    "1f46fce526031af26ad7f86df2e7b36a21125f664f94b8cabefeb76bfbcda9a7";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -16,6 +16,8 @@ pub enum ModuleId {
     AttentionPrefill,
     /// `kernels/deltanet.cu`.
     Deltanet,
+    /// `kernels/deltanet_decode.cu`.
+    DeltanetDecode,
     /// `kernels/elementwise.cu`.
     Elementwise,
     /// `kernels/gemv.cu`.
@@ -41,6 +43,7 @@ impl ModuleId {
         ModuleId::Attention,
         ModuleId::AttentionPrefill,
         ModuleId::Deltanet,
+        ModuleId::DeltanetDecode,
         ModuleId::Elementwise,
         ModuleId::Gemv,
         ModuleId::GemvFp8,
@@ -58,6 +61,7 @@ impl ModuleId {
             ModuleId::Attention => "attention",
             ModuleId::AttentionPrefill => "attention_prefill",
             ModuleId::Deltanet => "deltanet",
+            ModuleId::DeltanetDecode => "deltanet_decode",
             ModuleId::Elementwise => "elementwise",
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
@@ -76,6 +80,7 @@ impl ModuleId {
             ModuleId::Attention => include_str!("../../ptx/attention.ptx"),
             ModuleId::AttentionPrefill => include_str!("../../ptx/attention_prefill.ptx"),
             ModuleId::Deltanet => include_str!("../../ptx/deltanet.ptx"),
+            ModuleId::DeltanetDecode => include_str!("../../ptx/deltanet_decode.ptx"),
             ModuleId::Elementwise => include_str!("../../ptx/elementwise.ptx"),
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
@@ -94,6 +99,7 @@ impl ModuleId {
             ModuleId::Attention => include_bytes!("../../ptx/attention.sm90.cubin"),
             ModuleId::AttentionPrefill => include_bytes!("../../ptx/attention_prefill.sm90.cubin"),
             ModuleId::Deltanet => include_bytes!("../../ptx/deltanet.sm90.cubin"),
+            ModuleId::DeltanetDecode => include_bytes!("../../ptx/deltanet_decode.sm90.cubin"),
             ModuleId::Elementwise => include_bytes!("../../ptx/elementwise.sm90.cubin"),
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),

@@ -414,6 +414,22 @@ impl Backend for CudaBackend {
         recurrent::sigmoid_mul(self, x, gate)
     }
 
+    fn gated_deltanet_decode(
+        &self,
+        inputs: &crate::recurrent::DeltaNetDecodeInputs<'_>,
+        conv_state: &mut Tensor,
+        state: &mut Tensor,
+        meta: &crate::RecurrentMeta,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        recurrent::gated_deltanet_decode(self, inputs, conv_state, state, meta, out)
+    }
+
+    fn fused_deltanet_decode(&self, params: &crate::DeltaRuleParams, kernel: usize) -> bool {
+        recurrent::fused_supported(params, kernel)
+    }
+
     fn split_columns(&self, x: &Tensor, outs: &mut [&mut Tensor]) -> Result<()> {
         self.invalidate_q8();
         split::split_columns(self, x, outs)

@@ -319,6 +319,8 @@ pub enum Kernel {
     DeltaChunkScan,
     /// `x / rms(x) * w * silu(gate)`.
     GatedRmsNorm,
+    /// The fused Gated DeltaNet decode step (`kernels/deltanet_decode.cu`).
+    DeltanetDecode,
     /// Row halves of `[rows, 2d]`.
     SplitHalves,
     /// Column split of a fused `[q | k | v]` row into up to three outputs (`kernels/split.cu`).
@@ -446,6 +448,7 @@ impl Kernel {
             Kernel::DeltaChunkPrep => (M::Deltanet, "delta_chunk_prep"),
             Kernel::DeltaChunkScan => (M::Deltanet, "delta_chunk_scan"),
             Kernel::GatedRmsNorm => (M::Deltanet, "gated_rms_norm"),
+            Kernel::DeltanetDecode => (M::DeltanetDecode, "deltanet_decode"),
             Kernel::SplitHalves => (M::Deltanet, "split_halves"),
             Kernel::SplitColumns3 => (M::Split, "split_columns3"),
             Kernel::SiluMulHalves => (M::Split, "silu_mul_halves"),

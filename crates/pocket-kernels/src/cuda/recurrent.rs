@@ -12,7 +12,9 @@ use crate::recurrent::{
 use crate::{DType, KernelError, Result, Tensor};
 
 mod chunked;
+mod decode;
 use chunked::{delta_rule_chunked, prefill_form, PrefillForm};
+pub(crate) use decode::{fused_supported, gated_deltanet_decode};
 
 /// Threads per block of the elementwise kernels.
 const TPB: u32 = 256;

@@ -5,6 +5,7 @@
 //! The `[q | k | v]` and `z` projections, and the `b` and `a` ones, may each be one stacked
 //! weight whose output row is split in two (`split_columns`), as attention's Q/K/V are.
 
+use pocket_kernels::recurrent::{ColumnRange, DeltaNetDecodeInputs};
 use pocket_kernels::{DeltaRuleParams, Device, RecurrentMeta, Tensor};
 
 use crate::scratch::{fit, view, workspace};
@@ -49,6 +50,35 @@ impl ProjPair {
                 second: b,
             } => (a.in_features(), b.in_features()),
             ProjPair::Fused(w) => (w.in_features(), w.in_features()),
+        }
+    }
+
+    /// `x A^T` and `x B^T` where they land: the two column ranges of `both` for a stacked weight
+    /// (no split), else `first` and `second` whole (`first_width`: the first part's columns).
+    fn project<'t>(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        both: &'t mut Tensor,
+        first: &'t mut Tensor,
+        second: &'t mut Tensor,
+        first_width: usize,
+    ) -> Result<(ColumnRange<'t>, ColumnRange<'t>)> {
+        let whole = |tensor: &'t Tensor, col| ColumnRange { tensor, col };
+        match self {
+            ProjPair::Separate {
+                first: a,
+                second: b,
+            } => {
+                a.forward(dev, x, first)?;
+                b.forward(dev, x, second)?;
+                Ok((whole(first, 0), whole(second, 0)))
+            }
+            ProjPair::Fused(w) => {
+                w.forward(dev, x, both)?;
+                let both: &'t Tensor = both;
+                Ok((whole(both, 0), whole(both, first_width)))
+            }
         }
     }
 
@@ -195,7 +225,10 @@ impl GatedDeltaNet {
 
     /// `out[n, hidden] = deltanet(x[n, hidden])`, continuing and updating each sequence's state.
     /// Batches where every sequence has one row take the recurrent (decode) form of the delta
-    /// rule; any longer sequence takes the chunked (prefill) form for the whole batch.
+    /// rule, as one fused op between the projections where the backend has one
+    /// ([`pocket_kernels::Backend::fused_deltanet_decode`]; CUDA, unless
+    /// `POCKET_DELTANET_FUSED=0`); any longer sequence takes the chunked (prefill) form for the
+    /// whole batch.
     pub fn forward(
         &self,
         dev: &Device,
@@ -206,6 +239,9 @@ impl GatedDeltaNet {
         out: &mut Tensor,
     ) -> Result<()> {
         let p = &self.params;
+        if meta.max_rows <= 1 && dev.fused_deltanet_decode(p, self.kernel()) {
+            return self.forward_decode_fused(dev, x, meta, states, s, out);
+        }
         let n = x.rows();
         let vw = p.v_heads * p.v_dim;
         if self.in_qkvz.is_fused() {
@@ -273,6 +309,62 @@ impl GatedDeltaNet {
         for t in [&mut s.core, &mut s.z, &mut s.normed] {
             view(t, &[n, vw])?;
         }
+        self.out.forward(dev, &s.normed, out)
+    }
+
+    /// The decode form through [`pocket_kernels::Backend::gated_deltanet_decode`]: the two
+    /// projections, one op reading their outputs in place, the out projection.
+    fn forward_decode_fused(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        meta: &RecurrentMeta,
+        states: &mut StateCache,
+        s: &mut DeltaNetScratch,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        let p = &self.params;
+        let n = x.rows();
+        if self.in_qkvz.is_fused() {
+            fit(dev, &mut s.qkvz, n)?;
+        } else {
+            fit(dev, &mut s.qkv, n)?;
+            fit(dev, &mut s.z, n)?;
+        }
+        if self.in_ba.is_fused() {
+            fit(dev, &mut s.ba, n)?;
+        } else {
+            fit(dev, &mut s.b, n)?;
+            fit(dev, &mut s.a, n)?;
+        }
+        fit(dev, &mut s.normed, n)?;
+        let (qkv, z) =
+            self.in_qkvz
+                .project(dev, x, &mut s.qkvz, &mut s.qkv, &mut s.z, p.qkv_width())?;
+        let (b, a) = self
+            .in_ba
+            .project(dev, x, &mut s.ba, &mut s.b, &mut s.a, p.v_heads)?;
+        let layer = states.layer_mut(self.state_layer)?;
+        let [conv_state, ssm_state] = layer else {
+            return Err(LayerError::Config(format!(
+                "state layer {} holds {} tensors, a deltanet layer needs 2",
+                self.state_layer,
+                layer.len()
+            )));
+        };
+        let inputs = DeltaNetDecodeInputs {
+            qkv,
+            z,
+            b,
+            a,
+            conv_weight: &self.conv_weight,
+            a_neg: &self.a_neg,
+            dt_bias: &self.dt_bias,
+            norm_weight: &self.norm_weight,
+            norm_eps: self.norm_eps,
+            params: *p,
+        };
+        dev.gated_deltanet_decode(&inputs, conv_state, ssm_state, meta, &mut s.normed)?;
         self.out.forward(dev, &s.normed, out)
     }
 }

@@ -55,6 +55,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Deltanet, "sigmoid_mul"),
     (ModuleId::Deltanet, "delta_chunk_prep"),
     (ModuleId::Deltanet, "delta_chunk_scan"),
+    (ModuleId::DeltanetDecode, "deltanet_decode"),
 ];
 
 /// Whether kernel `symbol` of module `m` is in [`PDL_AWARE`].

@@ -1,0 +1,201 @@
+//! The fused decode step of a Gated DeltaNet layer (`kernels/deltanet_decode.cu`): one launch in
+//! place of the two column splits, the conv, the gates, the recurrent delta rule and the gated
+//! RMSNorm. `POCKET_DELTANET_FUSED=0` keeps the unfused ops (the layer asks
+//! [`fused_supported`] before choosing).
+
+use super::super::kernels::Kernel;
+use super::super::switch::EnvSwitch;
+use super::super::CudaBackend;
+use super::{check_meta, grid_seqs, CONV_MAX_K};
+use crate::error::shape_err;
+use crate::recurrent::{
+    check_decode_inputs, conv_state_slots, seq_spans, DeltaNetDecodeInputs, DeltaRuleParams,
+    HeadGrouping, RecurrentMeta,
+};
+use crate::{DType, KernelError, Result, Tensor};
+
+/// `POCKET_DELTANET_FUSED=0` turns the fused decode step off (A/B against the six launches).
+static FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_FUSED");
+
+/// State rows each thread holds (`FD_RPT` in deltanet_decode.cu).
+const RPT: usize = 8;
+/// The kernel's `__launch_bounds__`.
+const MAX_THREADS: usize = 512;
+/// Dynamic shared memory available without an opt-in.
+const MAX_SMEM: usize = 48 * 1024;
+
+/// Block geometry of one launch: threads, row groups `RG` and dynamic shared memory bytes.
+struct Geometry {
+    threads: usize,
+    row_groups: usize,
+    smem: usize,
+}
+
+/// The launch geometry for these params and conv taps, or why the kernel cannot take them.
+fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry, String> {
+    if p.k_heads == 0 || p.v_heads == 0 || !p.v_heads.is_multiple_of(p.k_heads) {
+        return Err(format!(
+            "{} value heads over {} key heads",
+            p.v_heads, p.k_heads
+        ));
+    }
+    if p.k_dim == 0 || p.v_dim == 0 || !p.v_dim.is_multiple_of(4) {
+        return Err(format!("v_dim {} (a multiple of 4 is needed)", p.v_dim));
+    }
+    if kernel == 0 || kernel > CONV_MAX_K {
+        return Err(format!("conv kernel of {kernel} taps (1..={CONV_MAX_K})"));
+    }
+    // Thread (rg, cg): cg one of v_dim / 4 float4 columns, rg one of the row groups that cover
+    // k_dim with RPT rows each; at least one thread per v column for the norm.
+    let row_groups = p.k_dim.div_ceil(RPT);
+    let threads = (p.v_dim / 4 * row_groups).max(p.v_dim).next_multiple_of(32);
+    if threads > MAX_THREADS {
+        return Err(format!(
+            "k_dim {} x v_dim {} needs {threads} threads",
+            p.k_dim, p.v_dim
+        ));
+    }
+    let hpg = p.v_heads / p.k_heads;
+    let ch = 2 * p.k_dim + hpg * p.v_dim;
+    let floats = row_groups * p.v_dim
+        + p.v_dim
+        + 32
+        + 2 * hpg
+        + 2 * p.k_dim
+        + ch * kernel
+        + ch
+        + hpg * p.v_dim;
+    let smem = floats * 4;
+    if smem > MAX_SMEM {
+        return Err(format!("{smem} bytes of shared memory"));
+    }
+    Ok(Geometry {
+        threads,
+        row_groups,
+        smem,
+    })
+}
+
+/// Whether the fused step is on (`POCKET_DELTANET_FUSED`) and takes these params.
+pub(crate) fn fused_supported(p: &DeltaRuleParams, kernel: usize) -> bool {
+    FUSED.on() && geometry(p, kernel).is_ok()
+}
+
+/// Device address of `r`'s first column and its row stride in floats.
+fn source(
+    be: &CudaBackend,
+    op: &'static str,
+    name: &'static str,
+    r: crate::recurrent::ColumnRange<'_>,
+) -> Result<(u64, i32)> {
+    let base = be.ptr_of(op, name, r.tensor, DType::F32)?;
+    let stride = i32::try_from(r.tensor.row_len())
+        .map_err(|_| shape_err(op, format!("`{name}` rows of {}", r.tensor.row_len())))?;
+    Ok((base + 4 * r.col as u64, stride))
+}
+
+/// Launches `deltanet_decode` after the checks the composed ops make.
+pub(crate) fn gated_deltanet_decode(
+    be: &CudaBackend,
+    inp: &DeltaNetDecodeInputs<'_>,
+    conv_state: &mut Tensor,
+    state: &mut Tensor,
+    meta: &RecurrentMeta,
+    out: &mut Tensor,
+) -> Result<()> {
+    const OP: &str = "gated_deltanet_decode";
+    let p = &inp.params;
+    let n = check_decode_inputs(OP, inp, out)?;
+    let kernel = inp.conv_weight.shape[1];
+    let geo = geometry(p, kernel).map_err(|what| KernelError::Unsupported {
+        op: OP,
+        device: be.name.clone(),
+        what,
+    })?;
+    let w = p.qkv_width();
+    let slots = conv_state_slots(OP, conv_state, kernel - 1, w)?;
+    if state.shape.len() != 4 || state.shape[1..] != [p.v_heads, p.k_dim, p.v_dim] {
+        return Err(shape_err(
+            OP,
+            format!(
+                "state {:?} is not [slots, {}, {}, {}]",
+                state.shape, p.v_heads, p.k_dim, p.v_dim
+            ),
+        ));
+    }
+    if state.shape[0] != slots {
+        return Err(shape_err(
+            OP,
+            format!("{} conv slots, {} state slots", slots, state.shape[0]),
+        ));
+    }
+    let (qs, sl, hs) = check_meta(be, OP, meta, n, slots)?;
+    // One row per sequence: the kernel reads row query_start[s] only.
+    let qsv = be.host_u32(OP, "query_start", &meta.query_start)?;
+    let slv = be.host_u32(OP, "state_slots", &meta.state_slots)?;
+    let hsv = be.host_u32(OP, "has_state", &meta.has_state)?;
+    let spans = seq_spans(OP, meta.num_seqs, &qsv, &slv, &hsv, n, slots)?;
+    if let Some(i) = spans.iter().position(|s| s.end - s.start > 1) {
+        return Err(shape_err(
+            OP,
+            format!(
+                "sequence {i} has {} rows (decode takes one)",
+                spans[i].end - spans[i].start
+            ),
+        ));
+    }
+    let (qkvp, qkv_stride) = source(be, OP, "qkv", inp.qkv)?;
+    let (zp, z_stride) = source(be, OP, "z", inp.z)?;
+    let (bp, b_stride) = source(be, OP, "b", inp.b)?;
+    let (ap, a_stride) = source(be, OP, "a", inp.a)?;
+    let cwp = be.ptr_of(OP, "conv_weight", inp.conv_weight, DType::F32)?;
+    let anp = be.ptr_of(OP, "a_neg", inp.a_neg, DType::F32)?;
+    let dtp = be.ptr_of(OP, "dt_bias", inp.dt_bias, DType::F32)?;
+    let nwp = be.ptr_of(OP, "norm_weight", inp.norm_weight, DType::F32)?;
+    let csp = be.ptr_of(OP, "conv_state", conv_state, DType::F32)?;
+    let sp = be.ptr_of(OP, "state", state, DType::F32)?;
+    let outp = be.ptr_of(OP, "out", out, DType::F32)?;
+    if sp % 16 != 0 {
+        return Err(shape_err(OP, "state is not 16-byte aligned"));
+    }
+    let tiled = i32::from(p.grouping == HeadGrouping::Tiled);
+    let groups =
+        u32::try_from(p.k_heads).map_err(|_| shape_err(OP, format!("{} heads", p.k_heads)))?;
+    be.launch_smem(
+        OP,
+        Kernel::DeltanetDecode,
+        (groups, grid_seqs(OP, meta)?, 1),
+        geo.threads as u32,
+        geo.smem as u32,
+        args![
+            qkvp,
+            zp,
+            bp,
+            ap,
+            qkv_stride,
+            z_stride,
+            b_stride,
+            a_stride,
+            cwp,
+            anp,
+            dtp,
+            nwp,
+            csp,
+            sp,
+            outp,
+            qs,
+            sl,
+            hs,
+            p.k_heads as i32,
+            p.v_heads as i32,
+            p.k_dim as i32,
+            p.v_dim as i32,
+            kernel as i32,
+            tiled,
+            geo.row_groups as i32,
+            p.l2_eps,
+            p.scale,
+            inp.norm_eps
+        ],
+    )
+}

@@ -1,0 +1,212 @@
+//! GPU benchmark of the Gated DeltaNet decode step between its projections at the Qwen3.5-27B
+//! layer dims (16 key / 48 value heads, 128 x 128 state, conv kernel 4): the fused
+//! `gated_deltanet_decode` kernel against the six unfused launches it replaces (two
+//! `split_columns`, `causal_conv1d_silu`, `delta_gates`, `gated_delta_rule_recurrent`,
+//! `gated_rms_norm`), each as a CUDA graph of 48 layers with their own state pools (48 x 3 MB per
+//! sequence: beyond the 50 MB L2, as in a real step), timed with `bench::time_ms`; per-layer times
+//! are the graph's over 48. Ignored by default; the device run script runs it with `--ignored`.
+//! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer).
+#![cfg(feature = "cuda")]
+
+use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::recurrent::{ColumnRange, DeltaNetDecodeInputs};
+use pocket_kernels::{Backend, DType, DeltaRuleParams, HeadGrouping, RecurrentMeta, Tensor};
+
+#[path = "cuda_common/bench.rs"]
+mod bench;
+
+use bench::{backend_or_skip, capture, time_ms};
+
+const LAYERS: usize = 48;
+const KERNEL: usize = 4;
+
+/// One layer's weights and state pools (`seqs` slots).
+struct Layer {
+    conv_w: Tensor,
+    a_neg: Tensor,
+    dt_bias: Tensor,
+    norm_w: Tensor,
+    conv_state: Tensor,
+    state: Tensor,
+}
+
+/// The unfused path's intermediates (shared by the layers, as the layer scratch is).
+struct Scratch {
+    qkv: Tensor,
+    z: Tensor,
+    b: Tensor,
+    a: Tensor,
+    conv: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    core: Tensor,
+}
+
+fn ramp(n: usize, s: f32, k: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| s * ((((i + k) * 2654435761) % 1000) as f32 / 500.0 - 1.0))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn unfused(
+    be: &CudaBackend,
+    l: &mut Layer,
+    qkvz: &Tensor,
+    ba: &Tensor,
+    m: &RecurrentMeta,
+    p: &DeltaRuleParams,
+    s: &mut Scratch,
+    out: &mut Tensor,
+) {
+    be.split_columns(qkvz, &mut [&mut s.qkv, &mut s.z]).unwrap();
+    be.split_columns(ba, &mut [&mut s.b, &mut s.a]).unwrap();
+    be.causal_conv1d_silu(&s.qkv, &l.conv_w, &mut l.conv_state, m, &mut s.conv)
+        .unwrap();
+    be.delta_gates(&s.a, &s.b, &l.a_neg, &l.dt_bias, &mut s.g, &mut s.beta)
+        .unwrap();
+    be.gated_delta_rule_recurrent(&s.conv, &s.g, &s.beta, &mut l.state, m, p, &mut s.core)
+        .unwrap();
+    be.gated_rms_norm(&s.core, &s.z, &l.norm_w, 1e-6, out)
+        .unwrap();
+}
+
+fn fused(
+    be: &CudaBackend,
+    l: &mut Layer,
+    qkvz: &Tensor,
+    ba: &Tensor,
+    m: &RecurrentMeta,
+    p: &DeltaRuleParams,
+    out: &mut Tensor,
+) {
+    let inputs = DeltaNetDecodeInputs {
+        qkv: ColumnRange {
+            tensor: qkvz,
+            col: 0,
+        },
+        z: ColumnRange {
+            tensor: qkvz,
+            col: p.qkv_width(),
+        },
+        b: ColumnRange { tensor: ba, col: 0 },
+        a: ColumnRange {
+            tensor: ba,
+            col: p.v_heads,
+        },
+        conv_weight: &l.conv_w,
+        a_neg: &l.a_neg,
+        dt_bias: &l.dt_bias,
+        norm_weight: &l.norm_w,
+        norm_eps: 1e-6,
+        params: *p,
+    };
+    be.gated_deltanet_decode(&inputs, &mut l.conv_state, &mut l.state, m, out)
+        .unwrap();
+}
+
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_deltanet_decode_fused_27b() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    println!("device: {}", be.name());
+    let p = DeltaRuleParams {
+        k_heads: 16,
+        v_heads: 48,
+        k_dim: 128,
+        v_dim: 128,
+        grouping: HeadGrouping::Tiled,
+        l2_eps: 1e-6,
+        scale: 1.0 / (128f32).sqrt(),
+    };
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    let mut lines = Vec::new();
+    for seqs in [1usize, 4] {
+        let mut layers: Vec<Layer> = (0..LAYERS)
+            .map(|i| Layer {
+                conv_w: be
+                    .upload_f32(&ramp(w * KERNEL, 0.3, i), &[w, KERNEL])
+                    .unwrap(),
+                a_neg: be.upload_f32(&vec![-0.5; h], &[h]).unwrap(),
+                dt_bias: be.upload_f32(&ramp(h, 0.5, i), &[h]).unwrap(),
+                norm_w: be.upload_f32(&ramp(p.v_dim, 1.0, i), &[p.v_dim]).unwrap(),
+                conv_state: be
+                    .upload_f32(
+                        &ramp(seqs * (KERNEL - 1) * w, 1.0, i),
+                        &[seqs, KERNEL - 1, w],
+                    )
+                    .unwrap(),
+                state: be
+                    .upload_f32(
+                        &ramp(seqs * h * p.k_dim * p.v_dim, 0.05, i),
+                        &[seqs, h, p.k_dim, p.v_dim],
+                    )
+                    .unwrap(),
+            })
+            .collect();
+        let qs: Vec<u32> = (0..=seqs as u32).collect();
+        let slots: Vec<u32> = (0..seqs as u32).collect();
+        let m = RecurrentMeta {
+            query_start: be.upload_u32(&qs, &[seqs + 1]).unwrap(),
+            state_slots: be.upload_u32(&slots, &[seqs]).unwrap(),
+            has_state: be.upload_u32(&vec![1; seqs], &[seqs]).unwrap(),
+            num_seqs: seqs,
+            max_rows: 1,
+        };
+        let qkvz = be
+            .upload_f32(&ramp(seqs * (w + vw), 1.0, 7), &[seqs, w + vw])
+            .unwrap();
+        let ba = be
+            .upload_f32(&ramp(seqs * 2 * h, 2.0, 3), &[seqs, 2 * h])
+            .unwrap();
+        let alloc = |c: usize| be.alloc(DType::F32, &[seqs, c]).unwrap();
+        let mut s = Scratch {
+            qkv: alloc(w),
+            z: alloc(vw),
+            b: alloc(h),
+            a: alloc(h),
+            conv: alloc(w),
+            g: alloc(h),
+            beta: alloc(h),
+            core: alloc(vw),
+        };
+        let mut out = alloc(vw);
+        // One eager pass of each first (the graph then only replays launches).
+        for l in layers.iter_mut() {
+            unfused(&be, l, &qkvz, &ba, &m, &p, &mut s, &mut out);
+            fused(&be, l, &qkvz, &ba, &m, &p, &mut out);
+        }
+        let g_unfused = capture(&be, || {
+            for l in layers.iter_mut() {
+                unfused(&be, l, &qkvz, &ba, &m, &p, &mut s, &mut out);
+            }
+        });
+        let g_fused = capture(&be, || {
+            for l in layers.iter_mut() {
+                fused(&be, l, &qkvz, &ba, &m, &p, &mut out);
+            }
+        });
+        // Alternate the two over three rounds and keep the best of each (shared machine noise).
+        let (mut t_u, mut t_f) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            t_u = t_u.min(time_ms(&be, 3, 30, |_| g_unfused.replay().unwrap()));
+            t_f = t_f.min(time_ms(&be, 3, 30, |_| g_fused.replay().unwrap()));
+        }
+        let per = |t: f64| t * 1e3 / LAYERS as f64;
+        let state_bytes = (2 * seqs * h * p.k_dim * p.v_dim * 4) as f64;
+        lines.push(format!(
+            "deltanet decode 27B {seqs} seq per layer: unfused (6 launches) {:6.2} us  fused {:6.2} us  ({:.2}x; fused moves state at {:.0} GB/s)",
+            per(t_u),
+            per(t_f),
+            t_u / t_f,
+            state_bytes / (per(t_f) * 1e3)
+        ));
+        println!("{}", lines.last().unwrap());
+    }
+    println!("\n==== summary: deltanet decode, fused vs unfused ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

@@ -1,0 +1,414 @@
+//! The fused Gated DeltaNet decode step (`Backend::gated_deltanet_decode`) against the unfused
+//! ops on the CPU (the reference): split of the stacked projections, `causal_conv1d_silu`,
+//! `delta_gates`, `gated_delta_rule_recurrent`, `gated_rms_norm`, as the layer runs them. Random
+//! inputs over several decode steps carrying conv and delta state, several sequences in different
+//! state slots (fresh and continuing, one step with a sequence that has no row, one that drops and
+//! reorders sequences), the stacked `[q|k|v|z]`, `[b|a]` layout and the separate one, at the
+//! Qwen3.5-27B layer dims and at small ones. On the CPU the op is the composition itself (checked
+//! equal); with a GPU its one kernel is checked against the CPU, eagerly and replayed from a CUDA
+//! graph. Without a GPU the CUDA half is skipped with a message.
+
+use pocket_kernels::recurrent::{ColumnRange, DeltaNetDecodeInputs};
+use pocket_kernels::{DType, DeltaRuleParams, Device, HeadGrouping, RecurrentMeta, Tensor};
+
+/// A small deterministic generator (xorshift64*), values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+const KERNEL: usize = 4;
+const SLOTS: usize = 6;
+const NORM_EPS: f32 = 1e-6;
+
+fn meta(d: &Device, lens: &[usize], slots: &[u32], has: &[u32]) -> RecurrentMeta {
+    let mut qs = vec![0u32];
+    for l in lens {
+        qs.push(qs.last().unwrap() + *l as u32);
+    }
+    RecurrentMeta {
+        query_start: d.upload_u32(&qs, &[qs.len()]).unwrap(),
+        state_slots: d.upload_u32(slots, &[slots.len()]).unwrap(),
+        has_state: d.upload_u32(has, &[has.len()]).unwrap(),
+        num_seqs: lens.len(),
+        max_rows: lens.iter().copied().max().unwrap_or(0),
+    }
+}
+
+/// One device's copy of a layer's weights and state pools.
+struct Layer {
+    d: Device,
+    conv_w: Tensor,
+    a_neg: Tensor,
+    dt_bias: Tensor,
+    norm_w: Tensor,
+    conv_state: Tensor,
+    state: Tensor,
+}
+
+/// Host inputs of one step: the stacked projection rows `[q|k|v|z]` and `[b|a]`.
+struct Step {
+    lens: Vec<usize>,
+    slots: Vec<u32>,
+    has: Vec<u32>,
+    qkvz: Vec<f32>,
+    ba: Vec<f32>,
+}
+
+/// A step's projection outputs on one device, stacked or as four tensors.
+enum Proj {
+    Stacked {
+        qkvz: Tensor,
+        ba: Tensor,
+    },
+    Separate {
+        qkv: Tensor,
+        z: Tensor,
+        b: Tensor,
+        a: Tensor,
+    },
+}
+
+fn upload(d: &Device, s: &Step, p: &DeltaRuleParams, stacked: bool) -> Proj {
+    let n: usize = s.lens.iter().sum();
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    if stacked {
+        return Proj::Stacked {
+            qkvz: d.upload_f32(&s.qkvz, &[n, w + vw]).unwrap(),
+            ba: d.upload_f32(&s.ba, &[n, 2 * h]).unwrap(),
+        };
+    }
+    let cols = |src: &[f32], width: usize, from: usize, to: usize| -> Tensor {
+        let v: Vec<f32> = src
+            .chunks(width)
+            .flat_map(|r| r[from..to].to_vec())
+            .collect();
+        d.upload_f32(&v, &[n, to - from]).unwrap()
+    };
+    Proj::Separate {
+        qkv: cols(&s.qkvz, w + vw, 0, w),
+        z: cols(&s.qkvz, w + vw, w, w + vw),
+        b: cols(&s.ba, 2 * h, 0, h),
+        a: cols(&s.ba, 2 * h, h, 2 * h),
+    }
+}
+
+/// The op's column ranges for `proj`.
+fn inputs<'a>(l: &'a Layer, proj: &'a Proj, p: &DeltaRuleParams) -> DeltaNetDecodeInputs<'a> {
+    let r = |tensor, col| ColumnRange { tensor, col };
+    let (qkv, z, b, a) = match proj {
+        Proj::Stacked { qkvz, ba } => (
+            r(qkvz, 0),
+            r(qkvz, p.qkv_width()),
+            r(ba, 0),
+            r(ba, p.v_heads),
+        ),
+        Proj::Separate { qkv, z, b, a } => (r(qkv, 0), r(z, 0), r(b, 0), r(a, 0)),
+    };
+    DeltaNetDecodeInputs {
+        qkv,
+        z,
+        b,
+        a,
+        conv_weight: &l.conv_w,
+        a_neg: &l.a_neg,
+        dt_bias: &l.dt_bias,
+        norm_weight: &l.norm_w,
+        norm_eps: NORM_EPS,
+        params: *p,
+    }
+}
+
+/// The step through `gated_deltanet_decode`; returns the normed rows.
+fn fused(l: &mut Layer, s: &Step, p: &DeltaRuleParams, stacked: bool) -> Vec<f32> {
+    let d = l.d.clone();
+    let n: usize = s.lens.iter().sum();
+    let m = meta(&d, &s.lens, &s.slots, &s.has);
+    let proj = upload(&d, s, p, stacked);
+    let mut out = d.alloc(DType::F32, &[n, p.v_heads * p.v_dim]).unwrap();
+    let (mut cs, mut st) = (
+        std::mem::replace(&mut l.conv_state, d.alloc(DType::F32, &[1]).unwrap()),
+        std::mem::replace(&mut l.state, d.alloc(DType::F32, &[1]).unwrap()),
+    );
+    d.gated_deltanet_decode(&inputs(l, &proj, p), &mut cs, &mut st, &m, &mut out)
+        .unwrap();
+    (l.conv_state, l.state) = (cs, st);
+    d.read_f32(&out).unwrap()
+}
+
+/// The step through the unfused ops, as the layer's unfused path runs them.
+fn unfused(l: &mut Layer, s: &Step, p: &DeltaRuleParams) -> Vec<f32> {
+    let d = l.d.clone();
+    let n: usize = s.lens.iter().sum();
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    let m = meta(&d, &s.lens, &s.slots, &s.has);
+    let Proj::Stacked { qkvz, ba } = upload(&d, s, p, true) else {
+        unreachable!()
+    };
+    let alloc = |c: usize| d.alloc(DType::F32, &[n, c]).unwrap();
+    let (mut qkv, mut z, mut b, mut a) = (alloc(w), alloc(vw), alloc(h), alloc(h));
+    d.split_columns(&qkvz, &mut [&mut qkv, &mut z]).unwrap();
+    d.split_columns(&ba, &mut [&mut b, &mut a]).unwrap();
+    let mut conv = alloc(w);
+    d.causal_conv1d_silu(&qkv, &l.conv_w, &mut l.conv_state, &m, &mut conv)
+        .unwrap();
+    let (mut g, mut beta) = (alloc(h), alloc(h));
+    d.delta_gates(&a, &b, &l.a_neg, &l.dt_bias, &mut g, &mut beta)
+        .unwrap();
+    let mut core = alloc(vw);
+    d.gated_delta_rule_recurrent(&conv, &g, &beta, &mut l.state, &m, p, &mut core)
+        .unwrap();
+    let mut normed = alloc(vw);
+    d.gated_rms_norm(&core, &z, &l.norm_w, NORM_EPS, &mut normed)
+        .unwrap();
+    d.read_f32(&normed).unwrap()
+}
+
+/// CUDA against the CPU: both are f32 evaluations of the same formulas with different summation
+/// orders (the 128-term dot products of the delta rule and the norms are reduced in another
+/// grouping on the GPU; `expf`/`rsqrtf` differ from the CPU's by an ulp or two) and the state is
+/// carried over the steps, so differences compound. The unfused CUDA ops are held to this same
+/// bound against the CPU in cuda_deltanet.rs (each side within 1e-4 of an f64 reference).
+fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 2e-4 * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, reference {w}"
+        );
+    }
+}
+
+fn layer(d: Device, p: &DeltaRuleParams, rng: &mut Rng) -> Layer {
+    let (w, hv) = (p.qkv_width(), p.v_heads);
+    let conv_w = rng.vec(w * KERNEL);
+    let a_neg: Vec<f32> = rng.vec(hv).iter().map(|v| -v.abs() - 0.05).collect();
+    let dt_bias = rng.vec(hv);
+    let norm_w = rng.vec(p.v_dim);
+    // Random pools: a fresh sequence must read zeros, not these.
+    let conv0 = rng.vec(SLOTS * (KERNEL - 1) * w);
+    let state0: Vec<f32> = rng
+        .vec(SLOTS * hv * p.k_dim * p.v_dim)
+        .iter()
+        .map(|v| 0.1 * v)
+        .collect();
+    Layer {
+        conv_w: d.upload_f32(&conv_w, &[w, KERNEL]).unwrap(),
+        a_neg: d.upload_f32(&a_neg, &[hv]).unwrap(),
+        dt_bias: d.upload_f32(&dt_bias, &[hv]).unwrap(),
+        norm_w: d.upload_f32(&norm_w, &[p.v_dim]).unwrap(),
+        conv_state: d.upload_f32(&conv0, &[SLOTS, KERNEL - 1, w]).unwrap(),
+        state: d
+            .upload_f32(&state0, &[SLOTS, hv, p.k_dim, p.v_dim])
+            .unwrap(),
+        d,
+    }
+}
+
+/// Decode steps: four sequences in slots 4, 0, 2, 5 (two fresh, two continuing), then all
+/// continuing, one step where the sequence in slot 2 has no row, and one that drops a sequence
+/// and reorders the rest.
+fn steps(p: &DeltaRuleParams, rng: &mut Rng) -> Vec<Step> {
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    let mut make = |lens: Vec<usize>, slots: Vec<u32>, has: Vec<u32>| {
+        let n: usize = lens.iter().sum();
+        let mut ba = rng.vec(n * 2 * h);
+        ba.iter_mut().for_each(|v| *v *= 2.0);
+        Step {
+            qkvz: rng.vec(n * (w + vw)),
+            ba,
+            lens,
+            slots,
+            has,
+        }
+    };
+    vec![
+        make(vec![1; 4], vec![4, 0, 2, 5], vec![0, 1, 0, 1]),
+        make(vec![1; 4], vec![4, 0, 2, 5], vec![1; 4]),
+        make(vec![1, 1, 0, 1], vec![4, 0, 2, 5], vec![1; 4]),
+        make(vec![1; 4], vec![4, 0, 2, 5], vec![1; 4]),
+        make(vec![1; 3], vec![5, 2, 4], vec![1; 3]),
+    ]
+}
+
+fn case(p: DeltaRuleParams, seed: u64) {
+    for stacked in [true, false] {
+        for dev in Device::all_for_tests() {
+            let mut rng = Rng(seed | 1);
+            let mut reference = layer(Device::cpu(), &p, &mut rng);
+            let mut rng = Rng(seed | 1);
+            let mut l = layer(dev.clone(), &p, &mut rng);
+            let layout = if stacked { "stacked" } else { "separate" };
+            for (i, s) in steps(&p, &mut rng).iter().enumerate() {
+                let want = unfused(&mut reference, s, &p);
+                let got = fused(&mut l, s, &p, stacked);
+                let what = format!("{} {layout} step {i}", dev.name());
+                let states = [&reference, &l]
+                    .map(|l| [&l.conv_state, &l.state].map(|t| l.d.read_f32(t).unwrap()));
+                if dev.name() == Device::cpu().name() {
+                    // The default op is the composition: the same ops on the same data.
+                    assert_eq!(got, want, "{what}: output");
+                    assert_eq!(states[1], states[0], "{what}: state");
+                } else {
+                    assert_close(&format!("{what} output"), &got, &want);
+                    assert_close(&format!("{what} conv state"), &states[1][0], &states[0][0]);
+                    assert_close(&format!("{what} delta state"), &states[1][1], &states[0][1]);
+                }
+            }
+            if dev.name() == Device::cpu().name() {
+                eprintln!("{layout}: {} fused == composed", dev.name());
+            } else {
+                eprintln!("{layout}: {} fused matches the CPU", dev.name());
+            }
+        }
+    }
+    if Device::all_for_tests().len() == 1 {
+        eprintln!("skipped the CUDA half: no GPU");
+    }
+}
+
+/// Qwen3.5-27B's DeltaNet layer: 16 key heads, 48 value heads (3 per key head), 128 x 128 state,
+/// GGUF's tiled head order.
+fn params_27b(grouping: HeadGrouping) -> DeltaRuleParams {
+    DeltaRuleParams {
+        k_heads: 16,
+        v_heads: 48,
+        k_dim: 128,
+        v_dim: 128,
+        grouping,
+        l2_eps: 1e-6,
+        scale: 1.0 / (128f32).sqrt(),
+    }
+}
+
+#[test]
+fn fused_decode_matches_unfused_at_27b_dims_tiled() {
+    case(params_27b(HeadGrouping::Tiled), 0x27b);
+}
+
+#[test]
+fn fused_decode_matches_unfused_at_27b_dims_grouped() {
+    case(params_27b(HeadGrouping::Grouped), 0x27c);
+}
+
+#[test]
+fn fused_decode_matches_unfused_tiny() {
+    // One warp per block: 2 key heads with 2 value heads each, k_dim 16, v_dim 8.
+    case(
+        DeltaRuleParams {
+            k_heads: 2,
+            v_heads: 4,
+            k_dim: 16,
+            v_dim: 8,
+            grouping: HeadGrouping::Grouped,
+            l2_eps: 1e-6,
+            scale: 0.25,
+        },
+        5,
+    );
+}
+
+#[test]
+fn fused_decode_matches_unfused_partial_row_group() {
+    // k_dim 40: the last of 5 row groups of 8 is full but 40 is no multiple of 32; v_dim 48:
+    // 12 float4 columns, 60 threads rounded up to 64 (4 idle in the state part).
+    case(
+        DeltaRuleParams {
+            k_heads: 1,
+            v_heads: 3,
+            k_dim: 40,
+            v_dim: 48,
+            grouping: HeadGrouping::Tiled,
+            l2_eps: 1e-6,
+            scale: 1.0 / (40f32).sqrt(),
+        },
+        11,
+    );
+}
+
+/// The fused op captured in a CUDA graph and replayed: the same outputs and states as eager
+/// calls on a twin layer (the op allocates nothing and reads the metadata it was captured with).
+#[cfg(feature = "cuda")]
+#[test]
+fn fused_decode_replays_from_a_cuda_graph() {
+    let gpu = match Device::open(pocket_kernels::DeviceKind::Cuda(0)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    if !gpu.supports_graphs() {
+        eprintln!("skipped: no graph support");
+        return;
+    }
+    let p = params_27b(HeadGrouping::Tiled);
+    let mut rng = Rng(99);
+    let mut eager = layer(gpu.clone(), &p, &mut rng);
+    let mut rng = Rng(99);
+    let mut graphed = layer(gpu.clone(), &p, &mut rng);
+    let s = steps(&p, &mut rng).remove(1);
+    let n: usize = s.lens.iter().sum();
+    let m = meta(&gpu, &s.lens, &s.slots, &s.has);
+    let proj = upload(&gpu, &s, &p, true);
+    let mut out_e = gpu.alloc(DType::F32, &[n, p.v_heads * p.v_dim]).unwrap();
+    let mut out_g = gpu.alloc(DType::F32, &[n, p.v_heads * p.v_dim]).unwrap();
+    let (mut cs, mut st) = (
+        std::mem::replace(
+            &mut graphed.conv_state,
+            gpu.alloc(DType::F32, &[1]).unwrap(),
+        ),
+        std::mem::replace(&mut graphed.state, gpu.alloc(DType::F32, &[1]).unwrap()),
+    );
+    gpu.synchronize().unwrap();
+    gpu.begin_graph_capture().unwrap();
+    gpu.gated_deltanet_decode(
+        &inputs(&graphed, &proj, &p),
+        &mut cs,
+        &mut st,
+        &m,
+        &mut out_g,
+    )
+    .unwrap();
+    let graph = gpu.end_graph_capture().unwrap();
+    (graphed.conv_state, graphed.state) = (cs, st);
+    for rep in 0..3 {
+        let (mut cs, mut st) = (
+            std::mem::replace(&mut eager.conv_state, gpu.alloc(DType::F32, &[1]).unwrap()),
+            std::mem::replace(&mut eager.state, gpu.alloc(DType::F32, &[1]).unwrap()),
+        );
+        gpu.gated_deltanet_decode(&inputs(&eager, &proj, &p), &mut cs, &mut st, &m, &mut out_e)
+            .unwrap();
+        (eager.conv_state, eager.state) = (cs, st);
+        graph.replay().unwrap();
+        gpu.synchronize().unwrap();
+        let what = format!("replay {rep}");
+        // Same kernel, same inputs, same launch: bit for bit.
+        assert_eq!(
+            gpu.read_f32(&out_g).unwrap(),
+            gpu.read_f32(&out_e).unwrap(),
+            "{what}: output"
+        );
+        assert_eq!(
+            gpu.read_f32(&graphed.state).unwrap(),
+            gpu.read_f32(&eager.state).unwrap(),
+            "{what}: state"
+        );
+        assert_eq!(
+            gpu.read_f32(&graphed.conv_state).unwrap(),
+            gpu.read_f32(&eager.conv_state).unwrap(),
+            "{what}: conv state"
+        );
+    }
+    eprintln!("fused decode: 3 graph replays equal eager calls");
+}

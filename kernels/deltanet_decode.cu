@@ -1,0 +1,230 @@
+// The decode step of a Gated DeltaNet layer in one launch (every sequence of the batch has one
+// row): what causal_conv1d_silu, delta_gates, gated_delta_rule and gated_rms_norm of deltanet.cu
+// do, plus the two split_columns of the stacked projections, which it replaces by reading the
+// projection outputs in place (each source is a pointer already offset to its first column and a
+// row stride, so a stacked [q | k | v | z] row and four separate tensors look alike).
+//
+// Grid (k_heads, num_seqs): a block owns one key head of one sequence and the value heads that read
+// it (v_heads / k_heads of them). It is the only block that reads or writes the conv-state channels
+// of that key head's q and k and of those value heads' v, so the conv window is read and rewritten
+// without a race (splitting a group's value heads over several blocks would have them read the old
+// q/k window while one rewrites it).
+//
+// Per block: the group's conv taps go to shared memory before pdl_wait (weights); after it the first
+// value head's state is requested at once (the long-latency load), then the conv + SiLU of the
+// group's channels with the window update, z, the gates and the q/k L2 norms; then per value head,
+// with the next head's state already loading:
+//   S *= exp(g);  kv = Sᵀk;  delta = beta (v - kv);  S += k ⊗ delta;  o = Sᵀq
+//   out = o / rms(o) * w * silu(z)
+// State layout as deltanet.cu ([slots, v_heads, k_dim, v_dim] f32). Thread (rg, cg) holds float4
+// columns 4cg..4cg+3 of rows i = rg + RG m (m < FD_RPT): a warp reads 32 consecutive float4s of a
+// row (512 bytes at v_dim 128), every state byte is read once and written once per step. The column
+// sums over i go through shared memory ([RG][dv], then one thread per column adds the RG partials).
+// The arithmetic is deltanet.cu's in the same order per element (the row partials are grouped by RG
+// instead of by warp, so sums round differently from the unfused kernel, as they do from the CPU).
+#include "common.cuh"
+
+DEVI float fd_silu(float x) { return x / (1.f + expf(-x)); }
+DEVI float fd_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+// torch's softplus (beta 1, threshold 20: linear above it), as deltanet.cu.
+DEVI float fd_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// Longest conv kernel (as CONV_MAX_K in deltanet.cu) and state rows per thread.
+#define FD_MAX_K 8
+#define FD_RPT 8
+
+// The t-th value head reading key head kh.
+DEVI int fd_head(int kh, int t, int hk, int hpg, int tiled) { return tiled ? kh + t * hk : kh * hpg + t; }
+
+// Requests the rows of one head's state this thread holds (zeros for a fresh sequence).
+DEVI void fd_load(float4 (&S)[FD_RPT], const float* __restrict__ st, bool has, bool active, int rg,
+                  int RG, int cg, int dk, int dv) {
+#pragma unroll
+    for (int m = 0; m < FD_RPT; m++) {
+        int i = rg + RG * m;
+        S[m] = (has && active && i < dk) ? *(const float4*)&st[(size_t)i * dv + 4 * cg]
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, const float* __restrict__ bsrc,
+                const float* __restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,
+                const float* __restrict__ conv_w, const float* __restrict__ a_neg,
+                const float* __restrict__ dt_bias, const float* __restrict__ norm_w,
+                float* __restrict__ conv_state, float* __restrict__ state, float* __restrict__ out,
+                const uint32_t* __restrict__ query_start, const uint32_t* __restrict__ state_slots,
+                const uint32_t* __restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,
+                int RG, float l2_eps, float scale, float norm_eps) {
+    extern __shared__ float4 smem4[];
+    float* smem = (float*)smem4;
+    int kh = blockIdx.x, s = blockIdx.y;
+    int tid = threadIdx.x, nt = blockDim.x;
+    int lane = tid % 32, warp = tid / 32, nwarps = nt / 32;
+    int hpg = hv / hk;
+    int C = 2 * hk * dk + hv * dv; // conv channels (the qkv row)
+    int CH = 2 * dk + hpg * dv;    // this block's channels: q, k, then its value heads' v
+    int win = K - 1;
+    int CG = dv / 4;
+    int cg = tid % CG, rg = tid / CG;
+    bool active = rg < RG;
+
+    float* red = smem;             // [RG][dv] column partials (16-byte aligned: first)
+    float* vec = red + RG * dv;    // [dv] delta of the current head
+    float* part = vec + dv;        // [32] per-warp sums of squares
+    float* gate = part + 32;       // [hpg][2] decay, beta
+    float* qn = gate + 2 * hpg;    // [dk] normalised, scaled q
+    float* kn = qn + dk;           // [dk] normalised k
+    float* taps = kn + dk;         // [CH][K]
+    float* xc = taps + CH * K;     // [CH] conv outputs
+    float* zs = xc + CH;           // [hpg][dv] output gate
+
+    // Local channel c -> channel of the qkv row.
+    auto chan = [&](int c) -> int {
+        if (c < dk) return kh * dk + c;
+        if (c < 2 * dk) return hk * dk + kh * dk + (c - dk);
+        int t = (c - 2 * dk) / dv, j = (c - 2 * dk) % dv;
+        return 2 * hk * dk + fd_head(kh, t, hk, hpg, tiled) * dv + j;
+    };
+    // Weights before the wait.
+    for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
+    float nw = tid < dv ? norm_w[tid] : 0.f;
+
+    pdl_wait();
+    pdl_trigger();
+    uint32_t r0 = query_start[s], r1 = query_start[s + 1];
+    bool has = has_state[s] != 0;
+    float* cst = conv_state + (size_t)state_slots[s] * win * C;
+    float* hst = state + (size_t)state_slots[s] * hv * dk * dv;
+    if (r1 == r0) {
+        // No row: the unfused ops write the slot back as they read it (zeros when fresh).
+        if (!has) {
+            for (int idx = tid; idx < win * CH; idx += nt) cst[(size_t)(idx / CH) * C + chan(idx % CH)] = 0.f;
+            for (int t = 0; t < hpg; t++) {
+                float* st = hst + (size_t)fd_head(kh, t, hk, hpg, tiled) * dk * dv;
+                for (int idx = tid; idx < dk * dv; idx += nt) st[idx] = 0.f;
+            }
+        }
+        return;
+    }
+
+    // The first head's state: the load with the longest latency, in flight during the conv.
+    float4 S[FD_RPT];
+    fd_load(S, hst + (size_t)fd_head(kh, 0, hk, hpg, tiled) * dk * dv, has, active, rg, RG, cg, dk, dv);
+
+    // Conv + SiLU and the window update, as causal_conv1d_silu for one row.
+    for (int c = tid; c < CH; c += nt) {
+        int ch = chan(c);
+        float hist[FD_MAX_K];
+#pragma unroll
+        for (int j = 0; j < FD_MAX_K; j++) hist[j] = 0.f;
+        if (has) {
+#pragma unroll
+            for (int j = 0; j < FD_MAX_K - 1; j++)
+                if (j < win) hist[j] = cst[(size_t)j * C + ch];
+        }
+        float xv = qkv[(size_t)r0 * qkv_stride + ch];
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < FD_MAX_K; j++)
+            if (j <= win) acc += taps[c * K + j] * (j < win ? hist[j] : xv);
+        xc[c] = fd_silu(acc);
+#pragma unroll
+        for (int j = 0; j < FD_MAX_K - 1; j++)
+            if (j < win) cst[(size_t)j * C + ch] = j + 1 < win ? hist[j + 1] : xv;
+    }
+    for (int idx = tid; idx < hpg * dv; idx += nt) {
+        int t = idx / dv, j = idx % dv;
+        zs[idx] = z[(size_t)r0 * z_stride + fd_head(kh, t, hk, hpg, tiled) * dv + j];
+    }
+    if (tid < hpg) {
+        int h = fd_head(kh, tid, hk, hpg, tiled);
+        float g = a_neg[h] * fd_softplus(asrc[(size_t)r0 * a_stride + h] + dt_bias[h]);
+        gate[2 * tid] = expf(g);
+        gate[2 * tid + 1] = fd_sigmoid(bsrc[(size_t)r0 * b_stride + h]);
+    }
+    __syncthreads();
+    // q (warp 0) and k (warp 1, or warp 0 again when the block is one warp), L2-normalised.
+    for (int which = warp; which < 2; which += nwarps) {
+        const float* src = xc + which * dk;
+        float ss = 0.f;
+        for (int i = lane; i < dk; i += 32) ss += src[i] * src[i];
+        ss = warp_sum(ss);
+        float inv = rsqrtf(ss + l2_eps) * (which == 0 ? scale : 1.f);
+        float* dst = which == 0 ? qn : kn;
+        for (int i = lane; i < dk; i += 32) dst[i] = src[i] * inv;
+    }
+    __syncthreads();
+
+    for (int t = 0; t < hpg; t++) {
+        int h = fd_head(kh, t, hk, hpg, tiled);
+        float* st = hst + (size_t)h * dk * dv;
+        float4 N[FD_RPT];
+        if (t + 1 < hpg)
+            fd_load(N, hst + (size_t)fd_head(kh, t + 1, hk, hpg, tiled) * dk * dv, has, active, rg, RG, cg, dk, dv);
+        float decay = gate[2 * t], beta = gate[2 * t + 1];
+        float4 p = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (active) {
+#pragma unroll
+            for (int m = 0; m < FD_RPT; m++) {
+                int i = rg + RG * m;
+                S[m].x *= decay;
+                S[m].y *= decay;
+                S[m].z *= decay;
+                S[m].w *= decay;
+                if (i < dk) {
+                    float k = kn[i];
+                    p.x += S[m].x * k;
+                    p.y += S[m].y * k;
+                    p.z += S[m].z * k;
+                    p.w += S[m].w * k;
+                }
+            }
+            *(float4*)&red[rg * dv + 4 * cg] = p;
+        }
+        __syncthreads();
+        if (tid < dv) {
+            float kv = 0.f;
+            for (int rr = 0; rr < RG; rr++) kv += red[rr * dv + tid];
+            vec[tid] = (xc[2 * dk + t * dv + tid] - kv) * beta;
+        }
+        __syncthreads();
+        if (active) {
+            float4 d = *(const float4*)&vec[4 * cg];
+            p = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int m = 0; m < FD_RPT; m++) {
+                int i = rg + RG * m;
+                if (i < dk) {
+                    float k = kn[i], q = qn[i];
+                    S[m].x += k * d.x;
+                    S[m].y += k * d.y;
+                    S[m].z += k * d.z;
+                    S[m].w += k * d.w;
+                    p.x += S[m].x * q;
+                    p.y += S[m].y * q;
+                    p.z += S[m].z * q;
+                    p.w += S[m].w * q;
+                    *(float4*)&st[(size_t)i * dv + 4 * cg] = S[m];
+                }
+            }
+            *(float4*)&red[rg * dv + 4 * cg] = p;
+        }
+        __syncthreads();
+        float o = 0.f;
+        if (tid < dv)
+            for (int rr = 0; rr < RG; rr++) o += red[rr * dv + tid];
+        // The gated RMSNorm of this head's row, as gated_rms_norm.
+        float ss = warp_sum(o * o);
+        if (lane == 0) part[warp] = ss;
+        __syncthreads();
+        ss = lane < nwarps ? part[lane] : 0.f;
+        ss = warp_sum(ss);
+        float inv = rsqrtf(ss / (float)dv + norm_eps);
+        if (tid < dv) out[(size_t)r0 * hv * dv + (size_t)h * dv + tid] = o * inv * nw * fd_silu(zs[t * dv + tid]);
+        if (t + 1 < hpg) {
+#pragma unroll
+            for (int m = 0; m < FD_RPT; m++) S[m] = N[m];
+        }
+    }
+}
