@@ -17,6 +17,11 @@
 //    at 10% of HBM bandwidth: it was L2-bound). The next tile's weights are loaded before the
 //    current one is multiplied. Launch: block 256 (8 warps x 4 rows = 32 rows), grid
 //    ceil(rows / 32); a warp past the last row still joins the barriers.
+//  * gemv_fp8_silu_<e4m3|e5m2>_<t|b>_<gu1|gu2|gu4>: one activation row times a stacked
+//    [gate; up] weight [2 inter, cols] with the SwiGLU epilogue, out[i] = silu(gate_i) * up_i
+//    (f32, inter outputs): one warp per 1 / 2 / 4 outputs, reading their gate and up rows
+//    together (gemv_fp8_silu_row1, below). Launch: block 128, grid ceil(inter / (4 x outputs
+//    per warp)).
 //  * dequant_fp8_<e4m3|e5m2>_<t|b>_<f16|f32>: rows [r0, r0 + nr) to f16 (tensor-core prefill) or
 //    f32 (exact prefill, SGEMM) for cuBLAS (tile scale folded in; a per-tensor scale is left to
 //    the GEMM's alpha, the raw codes are exact in f16). One thread per 16 bytes;
@@ -166,6 +171,67 @@ __device__ __forceinline__ float dot16(uint4 q, const float* xv) {
 // The first step's weights are loaded before pdl_wait() (no kernel of the step writes them).
 #define FP8R_THREADS 128
 
+// The main loop of every one-row kernel: thread `gt` of a T-thread row group accumulates the
+// dot of x with NR weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced
+// over the group). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
+// row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
+// gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x.
+template <int E5M2, bool TILED, int DEC, int NR, int NS, int T, int U>
+__device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
+                                                const float* const (&srow)[NS],
+                                                const float* __restrict__ x, int nch, int gt,
+                                                float (&acc)[NR]) {
+    static_assert(NR % NS == 0, "equal scale sets");
+    constexpr int STEP = T * U;  // chunks per row per step
+    constexpr int PER = NR / NS;
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.f;
+    uint4 q[U][NR];
+    float s[U][NS];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = gt + T * u;
+#pragma unroll
+        for (int k = 0; k < NS; k++) s[u][k] = 1.f;
+#pragma unroll
+        for (int r = 0; r < NR; r++) q[u][r] = make_uint4(0u, 0u, 0u, 0u);
+        if (c < nch) {
+#pragma unroll
+            for (int r = 0; r < NR; r++) q[u][r] = ld_stream16(wr[r] + c);
+            if (TILED) {
+#pragma unroll
+                for (int k = 0; k < NS; k++) s[u][k] = __ldg(srow[k] + (c >> 3));
+            }
+        }
+    }
+    // The activation is the previous kernel's output: read it only after the wait.
+    pdl_wait();
+    for (int c0 = gt; c0 < nch; c0 += STEP) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + T * u;
+            if (c >= nch) break;  // and so is every later chunk of this thread
+            float xv[16];
+            load_x16(x, c, xv);
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const float d = dot16<E5M2, DEC>(q[u][r], xv);
+                acc[r] = TILED ? fmaf(d, s[u][r / PER], acc[r]) : acc[r] + d;
+            }
+            // This slot of the next step, into the registers just read.
+            const int cn = c + STEP;
+            if (cn < nch) {
+#pragma unroll
+                for (int r = 0; r < NR; r++) q[u][r] = ld_stream16(wr[r] + cn);
+                if (TILED) {
+#pragma unroll
+                    for (int k = 0; k < NS; k++) s[u][k] = __ldg(srow[k] + (cn >> 3));
+                }
+            }
+        }
+    }
+}
+
 template <int E5M2, bool TILED, int DEC, int R, int T, int U>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
@@ -175,7 +241,6 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     // `part` below is per block: a group of several warps must be the whole block.
     static_assert(T == 32 || T == FP8R_THREADS, "multi-warp groups span the block");
     constexpr int NW = T / 32;     // warps per row group
-    constexpr int STEP = T * U;    // chunks per row per step
     __shared__ float part[NW][R];  // only T > 32
     const int tid = threadIdx.x, lane = tid & 31;
     const int gt = tid % T;
@@ -190,47 +255,9 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
         // A missing last row re-reads the previous one (its result is never written).
         wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
     }
-    const float* srow = TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr;
+    const float* srow[1] = {TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr};
     float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.f;
-    uint4 q[U][R];
-    float s[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int c = gt + T * u;
-        s[u] = 1.f;
-#pragma unroll
-        for (int r = 0; r < R; r++) q[u][r] = make_uint4(0u, 0u, 0u, 0u);
-        if (c < nch) {
-#pragma unroll
-            for (int r = 0; r < R; r++) q[u][r] = ld_stream16(wr[r] + c);
-            if (TILED) s[u] = __ldg(srow + (c >> 3));
-        }
-    }
-    // The activation is the previous kernel's output: read it only after the wait.
-    pdl_wait();
-    for (int c0 = gt; c0 < nch; c0 += STEP) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + T * u;
-            if (c >= nch) break;  // and so is every later chunk of this thread
-            float xv[16];
-            load_x16(x, c, xv);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float d = dot16<E5M2, DEC>(q[u][r], xv);
-                acc[r] = TILED ? fmaf(d, s[u], acc[r]) : acc[r] + d;
-            }
-            // This slot of the next step, into the registers just read.
-            const int cn = c + STEP;
-            if (cn < nch) {
-#pragma unroll
-                for (int r = 0; r < R; r++) q[u][r] = ld_stream16(wr[r] + cn);
-                if (TILED) s[u] = __ldg(srow + (cn >> 3));
-            }
-        }
-    }
+    row1_accumulate<E5M2, TILED, DEC, R, 1, T, U>(wr, srow, x, nch, gt, acc);
     pdl_trigger();
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
@@ -251,6 +278,51 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
 #pragma unroll
             for (int k = 0; k < NW; k++) v += part[k][gt];
             out[row0 + gt] = TILED ? v : v * tscale;
+        }
+    }
+}
+
+// ---- one activation row of a stacked [gate; up] weight, SwiGLU epilogue ----------------------
+// w is [2 * inter, cols]: gate rows 0..inter, then up rows inter..2 inter. Each warp owns R
+// outputs o0..o0+R (o0 a multiple of R) and accumulates their 2R weight rows together (gate rows
+// o0+r, up rows inter+o0+r: 2R x U loads in flight per thread, as the plain kernel with 2R rows),
+// then writes out[o] = silu(gate_o) * up_o with silu_mul_halves' expression (split.cu), so the
+// result equals the warp-per-row GEMV (the same chunk order and shuffle sums per row) followed by
+// silu_mul_halves. The up rows share one tile only if inter % R == 0: the host picks R so.
+// f32 output (what the next FP8 GEMV reads); no int8 quantization of it.
+template <int E5M2, bool TILED, int R, int U>
+__device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w,
+                                                   const float* __restrict__ sc, float tscale,
+                                                   const float* __restrict__ x,
+                                                   float* __restrict__ out, int inter, int cols) {
+    static_assert(128 % R == 0 && R <= 32, "row group shape");
+    const int lane = threadIdx.x & 31;
+    const int o0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * R;
+    if (o0 >= inter) return;  // a whole warp past the end: no barrier below
+    const int nch = cols >> 4;
+    const uint4* wr[2 * R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        // A missing last output re-reads the previous rows (its result is never written).
+        const size_t o = (size_t)min(o0 + r, inter - 1);
+        wr[r] = reinterpret_cast<const uint4*>(w + o * cols);
+        wr[R + r] = reinterpret_cast<const uint4*>(w + (o + inter) * cols);
+    }
+    const size_t tcols = (cols + 127) >> 7;
+    const float* srow[2] = {TILED ? sc + (size_t)(o0 >> 7) * tcols : nullptr,
+                            TILED ? sc + (size_t)((o0 + inter) >> 7) * tcols : nullptr};
+    float acc[2 * R];
+    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, 32, U>(wr, srow, x, nch, lane, acc);
+    pdl_trigger();
+    // Butterfly sums: every lane holds every row's total; lane r writes output r.
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) acc[r] = warp_sum(acc[r]);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (lane == r && o0 + r < inter) {
+            const float a = TILED ? acc[r] : acc[r] * tscale;
+            const float u = TILED ? acc[R + r] : acc[R + r] * tscale;
+            out[o0 + r] = a / (1.f + expf(-a)) * u;
         }
     }
 }
@@ -417,6 +489,19 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1k2##tag, e5m2, tiled, dec, 2, FP8R_THREADS, 4, 7)                          \
     FP8_ROW1(name, n1k4##tag, e5m2, tiled, dec, 4, FP8R_THREADS, 4, 4)
 
+// Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
+// thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).
+#define FP8_SILU(name, sfx, e5m2, tiled, R, U, MINB)                                          \
+    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
+        gemv_fp8_silu_##name##_##sfx(const uint8_t* w, const float* sc, float tscale,          \
+                                     const float* x, float* out, int inter, int cols) {        \
+        gemv_fp8_silu_row1<e5m2, tiled, R, U>(w, sc, tscale, x, out, inter, cols);             \
+    }
+#define FP8_SILU_ALL(name, e5m2, tiled)                                                        \
+    FP8_SILU(name, gu1, e5m2, tiled, 1, 4, 6)                                                   \
+    FP8_SILU(name, gu2, e5m2, tiled, 2, 2, 6)                                                   \
+    FP8_SILU(name, gu4, e5m2, tiled, 4, 1, 7)
+
 #define FP8_KERNELS(name, e5m2, tiled)                                                          \
     FP8_ROW1_ALL(name, e5m2, tiled, 1, )                                                        \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n4(                    \
@@ -446,3 +531,7 @@ FP8_KERNELS(e5m2_b, 1, true)
 // every GPU, so it has no such variant).
 FP8_ROW1_ALL(e4m3_t, 0, false, 0, _bits)
 FP8_ROW1_ALL(e4m3_b, 0, true, 0, _bits)
+FP8_SILU_ALL(e4m3_t, 0, false)
+FP8_SILU_ALL(e4m3_b, 0, true)
+FP8_SILU_ALL(e5m2_t, 1, false)
+FP8_SILU_ALL(e5m2_b, 1, true)

@@ -302,6 +302,21 @@ pub trait Backend: Send + Sync {
         Err(unsupported(self, "silu_mul_halves"))
     }
 
+    /// The stacked gate|up projection and SwiGLU: `gate_up = x · Wᵀ` (`[n, 2d]`, a workspace
+    /// the op may leave holding the projection) then `out = silu_mul_halves(gate_up)`
+    /// (`[n, d]`). The default is that composition; CUDA fuses the two for one row of FP8
+    /// weights (`POCKET_GATE_UP_FUSED=0`: the composition).
+    fn matmul_silu_halves(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        gate_up: &mut Tensor,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.matmul(x, w, gate_up)?;
+        self.silu_mul_halves(gate_up, out)
+    }
+
     /// The attention inputs in one pass: reads each token's Q, K and V from `src` (a stacked
     /// `[q | k | v]` projection row or three tensors), adds `bias`, rotates Q and K by
     /// `positions` (u32 `[n]`) with `rope` as [`Backend::rope`] does, writes the rotated queries

@@ -485,3 +485,69 @@ fn bench_fp8_gemv_and_gemm() {
         println!("{l}");
     }
 }
+
+/// The MLP's stacked gate|up projection at one activation row with the SwiGLU, FP8 E4M3 with
+/// tile scales: the fused kernel (`matmul_silu_halves`' CUDA path, `gemv_fp8_silu_*`, each
+/// outputs-per-warp variant and the per-shape choice) against the stacked GEMV + silu_mul_halves
+/// (two launches, what `POCKET_GATE_UP_FUSED=0` runs), each timed as 8 calls over rotating
+/// weight copies (> 300 MB, so HBM) captured in one CUDA graph, per call. Shapes: Qwen3.5-27B
+/// (2 x 17408 x 5120) and an 8B-class MLP (2 x 14336 x 4096). Bandwidth counts the weight and
+/// scale bytes.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_fp8_gate_up_silu() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    let f = QuantFormat::Fp8E4M3Block128;
+    let per_graph = 8usize;
+    let mut lines = Vec::new();
+    for &(inter, cols) in &[(17408usize, 5120usize), (14336, 4096)] {
+        let rows = 2 * inter;
+        let (bytes, scales) = random_fp8(rows, cols);
+        let wbytes = bytes.len() + scales.len();
+        let ws = weight_copies(&be, f, rows, cols, bytes, Some(scales));
+        let copies = ws.len();
+        let xt = be.upload_f32(&bench_x(1, cols), &[1, cols]).unwrap();
+        let mut gu = be.alloc(DType::F32, &[1, rows]).unwrap();
+        let mut out = be.alloc(DType::F32, &[1, inter]).unwrap();
+        let mut time = |what: &str, run: &mut dyn FnMut(usize)| {
+            let g = capture(&be, || (0..per_graph).for_each(&mut *run));
+            let us = time_ms(&be, 2, 20, |_| g.replay().unwrap()) / per_graph as f64 * 1e3;
+            let tbps = wbytes as f64 / (us * 1e-6) / 1e12;
+            let line = format!(
+                "gate_up+silu {:12} {inter:5}x2 x{cols:5} {what:24} graph {us:7.1} us {tbps:6.3} TB/s {:5.1}% of {ROOF_TBPS} TB/s",
+                f.name(),
+                100.0 * tbps / ROOF_TBPS
+            );
+            println!("{line}");
+            lines.push(line);
+            us
+        };
+        let unfused = time("gemv + silu_mul_halves", &mut |i| {
+            be.matmul(&xt, &ws[i % copies], &mut gu).unwrap();
+            be.silu_mul_halves(&gu, &mut out).unwrap();
+        });
+        let fused = time("fused (per shape)", &mut |i| {
+            be.fp8_gate_up_silu_row1(&xt, &ws[i % copies], &mut out, None)
+                .unwrap()
+        });
+        for per in [1usize, 2, 4] {
+            time(&format!("fused {per}/warp"), &mut |i| {
+                be.fp8_gate_up_silu_row1(&xt, &ws[i % copies], &mut out, Some(per))
+                    .unwrap()
+            });
+        }
+        let line = format!(
+            "gate_up+silu {inter:5}x2 x{cols:5}: fused saves {:.1} us per call ({:.3}x)",
+            unfused - fused,
+            unfused / fused
+        );
+        println!("{line}");
+        lines.push(line);
+    }
+    println!("\n==== summary: FP8 gate|up + SwiGLU ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

@@ -542,3 +542,7 @@ fn fp8_every_code_decodes_exactly() {
         }
     }
 }
+
+/// The fused one-row `[gate; up]` GEMV + SwiGLU (`matmul_silu_halves`).
+#[path = "cuda_fp8/gate_up.rs"]
+mod gate_up;

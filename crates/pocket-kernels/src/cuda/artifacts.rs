@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "1f46fce526031af26ad7f86df2e7b36a21125f664f94b8cabefeb76bfbcda9a7";
+    "7b8bdbd8745adf8744f59163e625ba111cab9d871f5e6d02ec547f71b527d92e";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -440,6 +440,21 @@ impl Backend for CudaBackend {
         split::silu_mul_halves(self, x, out)
     }
 
+    fn matmul_silu_halves(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        gate_up: &mut Tensor,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        // One row of FP8 weights: gemv_fp8_silu, one launch (`POCKET_GATE_UP_FUSED=0`: off).
+        if super::gemv_fp8::gate_up_fused_applies(x, w) {
+            return super::gemv_fp8::gate_up_silu(self, x, w, out, None);
+        }
+        self.matmul(x, w, gate_up)?;
+        self.silu_mul_halves(gate_up, out)
+    }
+
     fn qkv_rope_kv_write(
         &self,
         src: crate::QkvSource<'_>,

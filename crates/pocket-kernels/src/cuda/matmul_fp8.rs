@@ -35,7 +35,7 @@ use cudarc::cublas::sys as bsys;
 use pocket_quant::QuantFormat;
 
 use super::cublas::ChunkedGemm;
-use super::gemv_fp8::{gemv, Fp8Row1, GemvRows};
+use super::gemv_fp8::{gemv, Fp8GateUp, Fp8Row1, GemvRows};
 use super::kernels::Kernel;
 use super::matmul::{check_matmul_shapes, GEMV_MAX_ROWS};
 use super::memory::{cuda_err, CudaWeight, WeightLayout};
@@ -80,6 +80,8 @@ pub enum Fp8Kernel {
     /// One-row decode GEMV of a variant, with the previous integer E4M3 decode (`true`: the
     /// `_bits` kernels; E5M2 has none and takes the f16 one) or the f16 conversion (`false`).
     Row1(Fp8Kind, Fp8Row1, bool),
+    /// One-row GEMV of a stacked `[gate; up]` weight with the SwiGLU epilogue, of a variant.
+    SiluRow1(Fp8Kind, Fp8GateUp),
     /// Rows of W to f16 for the fast prefill GEMM.
     DequantF16(Fp8Kind),
     /// Rows of W to f32 for the exact prefill GEMM.
@@ -126,6 +128,23 @@ impl Fp8Kernel {
                     (false, true, true) => row1!("e4m3_b", "_bits"),
                     (true, false, _) => row1!("e5m2_t", ""),
                     (true, true, _) => row1!("e5m2_b", ""),
+                }
+            }
+            K::SiluRow1(f, v) => {
+                macro_rules! gu {
+                    ($f:literal) => {
+                        match v {
+                            Fp8GateUp::Warp1 => concat!("gemv_fp8_silu_", $f, "_gu1"),
+                            Fp8GateUp::Warp2 => concat!("gemv_fp8_silu_", $f, "_gu2"),
+                            Fp8GateUp::Warp4 => concat!("gemv_fp8_silu_", $f, "_gu4"),
+                        }
+                    };
+                }
+                match (f.e5m2, f.tiled) {
+                    (false, false) => gu!("e4m3_t"),
+                    (false, true) => gu!("e4m3_b"),
+                    (true, false) => gu!("e5m2_t"),
+                    (true, true) => gu!("e5m2_b"),
                 }
             }
             K::DequantF16(f) => match (f.e5m2, f.tiled) {
@@ -230,6 +249,31 @@ pub(super) fn prepare(
     // This path never reads the 8-bit activation cache, but it writes `out`, which may hold the
     // cached input: forget the cache.
     be.invalidate_q8();
+    let (wp, sp) = weight_ptrs(be, op, kind, w)?;
+    let (rows, cols) = (w.rows, w.cols);
+    let n = check_matmul_shapes(op, x, out, rows, cols)?;
+    let xp = be.ptr_of(op, "x", x, DType::F32)?;
+    let outp = be.ptr_of(op, "out", out, DType::F32)?;
+    Ok(Fp8Call {
+        w: wp,
+        scales: sp,
+        tscale: w.tensor_scale.unwrap_or(1.0),
+        x: xp,
+        out: outp,
+        rows,
+        cols,
+        n,
+    })
+}
+
+/// The device addresses of an FP8 weight's codes and tile scales (0 without), checked to be on
+/// this backend's device and, for a tiled format, in the layout that holds the scales.
+pub(super) fn weight_ptrs(
+    be: &CudaBackend,
+    op: &'static str,
+    kind: Fp8Kind,
+    w: &Weight,
+) -> Result<(u64, u64)> {
     let cw = match &w.storage {
         WeightStorage::Cuda(c) if c.ordinal() == be.ctx.ordinal() => c,
         other => {
@@ -244,10 +288,6 @@ pub(super) fn prepare(
             })
         }
     };
-    let (rows, cols) = (w.rows, w.cols);
-    let n = check_matmul_shapes(op, x, out, rows, cols)?;
-    let xp = be.ptr_of(op, "x", x, DType::F32)?;
-    let outp = be.ptr_of(op, "out", out, DType::F32)?;
     let wp = cw.storage.ptr();
     let sp = match (kind.tiled, cw.layout) {
         (true, WeightLayout::ScalesAfter { offset }) => wp + offset as u64,
@@ -259,16 +299,7 @@ pub(super) fn prepare(
             ))
         }
     };
-    Ok(Fp8Call {
-        w: wp,
-        scales: sp,
-        tscale: w.tensor_scale.unwrap_or(1.0),
-        x: xp,
-        out: outp,
-        rows,
-        cols,
-        n,
-    })
+    Ok((wp, sp))
 }
 
 /// `out [n, rows] = x [n, cols] · Wᵀ` for an FP8 weight.

@@ -47,6 +47,8 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
+    // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
+    (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
     (ModuleId::Deltanet, "causal_conv1d_silu"),
     (ModuleId::Deltanet, "delta_gates"),
     (ModuleId::Deltanet, "gated_delta_rule"),
