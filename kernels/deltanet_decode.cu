@@ -137,11 +137,11 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         int t = idx / dv, j = idx % dv;
         zs[idx] = z[(size_t)r0 * z_stride + fd_head(kh, t, hk, hpg, tiled) * dv + j];
     }
-    if (tid < hpg) {
-        int h = fd_head(kh, tid, hk, hpg, tiled);
+    for (int t = tid; t < hpg; t += nt) {
+        int h = fd_head(kh, t, hk, hpg, tiled);
         float g = a_neg[h] * fd_softplus(asrc[(size_t)r0 * a_stride + h] + dt_bias[h]);
-        gate[2 * tid] = expf(g);
-        gate[2 * tid + 1] = fd_sigmoid(bsrc[(size_t)r0 * b_stride + h]);
+        gate[2 * t] = expf(g);
+        gate[2 * t + 1] = fd_sigmoid(bsrc[(size_t)r0 * b_stride + h]);
     }
     __syncthreads();
     // q (warp 0) and k (warp 1, or warp 0 again when the block is one warp), L2-normalised.

@@ -412,3 +412,21 @@ fn fused_decode_replays_from_a_cuda_graph() {
     }
     eprintln!("fused decode: 3 graph replays equal eager calls");
 }
+
+#[test]
+fn fused_decode_matches_unfused_more_value_heads_than_threads() {
+    // 40 value heads on one key head: a 32-thread block computes the gates of several heads per
+    // thread, and walks 40 heads of state one after the other.
+    case(
+        DeltaRuleParams {
+            k_heads: 1,
+            v_heads: 40,
+            k_dim: 8,
+            v_dim: 8,
+            grouping: HeadGrouping::Grouped,
+            l2_eps: 1e-6,
+            scale: 1.0 / (8f32).sqrt(),
+        },
+        13,
+    );
+}

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "7b8bdbd8745adf8744f59163e625ba111cab9d871f5e6d02ec547f71b527d92e";
+    "ae52e82a780e0b528eeaa4a447b665385c753be93c0d6eca6d4c76d289818260";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
