@@ -304,8 +304,9 @@ pub trait Backend: Send + Sync {
 
     /// The stacked gate|up projection and SwiGLU: `gate_up = x · Wᵀ` (`[n, 2d]`, a workspace
     /// the op may leave holding the projection) then `out = silu_mul_halves(gate_up)`
-    /// (`[n, d]`). The default is that composition; CUDA fuses the two for one row of FP8
-    /// weights (`POCKET_GATE_UP_FUSED=0`: the composition).
+    /// (`[n, d]`). The default is that composition; CUDA folds the SwiGLU into the decode GEMV's
+    /// tail (`POCKET_GEMV_TAIL=0`: the composition), and for one row of FP8 weights into
+    /// `gemv_fp8_silu_*` (`POCKET_GATE_UP_FUSED=0`: the composition).
     fn matmul_silu_halves(
         &self,
         x: &Tensor,
@@ -315,6 +316,25 @@ pub trait Backend: Send + Sync {
     ) -> Result<()> {
         self.matmul(x, w, gate_up)?;
         self.silu_mul_halves(gate_up, out)
+    }
+
+    /// A projection followed by the residual add and RMSNorm: `delta = x · Wᵀ` (a workspace
+    /// `[n, rows]`), then [`Backend::add_rms_norm`]`(residual, delta, norm_w, eps, normed)`.
+    /// The default is that composition; CUDA folds the norm into the decode GEMV's tail
+    /// (`POCKET_GEMV_TAIL=0`: the composition).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_add_rms_norm(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        delta: &mut Tensor,
+        residual: &mut Tensor,
+        norm_w: &Tensor,
+        eps: f32,
+        normed: &mut Tensor,
+    ) -> Result<()> {
+        self.matmul(x, w, delta)?;
+        self.add_rms_norm(residual, delta, norm_w, eps, normed)
     }
 
     /// The attention inputs in one pass: reads each token's Q, K and V from `src` (a stacked

@@ -289,6 +289,70 @@ fn bench_decode_step_8b_pdl() {
     );
 }
 
+/// The GEMV tails A/B on the whole decode step (`set_gemv_tail`, as `POCKET_GEMV_TAIL`): the
+/// SwiGLU folded into the gate|up GEMV and the residual add + RMSNorm into the o and down GEMVs
+/// (three launches fewer per layer: silu_mul_halves_q8 and both add_rms_norm_q8) against
+/// the separate launches, as graphs, alternating the two settings over three rounds (best of
+/// each). Llama-3-8B with Q4_0, Q4_K and Q8_0 layers (Q6_K output) and SmolLM2-135M with Q4_0
+/// and Q8_0 (its 576 columns are no multiple of a K block).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_decode_step_gemv_tail() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    let smol = step::Shape {
+        hidden: 576,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        ff: 1536,
+        vocab: 49152,
+        layers: 30,
+    };
+    let was = be.gemv_tail();
+    let mut lines = Vec::new();
+    for (name, shape, fmt) in [
+        ("8B", step::LLAMA3_8B, GgmlType::Q4_0),
+        ("8B", step::LLAMA3_8B, GgmlType::Q4_K),
+        ("8B", step::LLAMA3_8B, GgmlType::Q8_0),
+        ("SmolLM2", smol, GgmlType::Q4_0),
+        ("SmolLM2", smol, GgmlType::Q8_0),
+    ] {
+        let mut st = step::Step::new(&be, shape, fmt, GgmlType::Q6_K, 128);
+        let mut graphs = Vec::new();
+        for on in [false, true] {
+            be.set_gemv_tail(on);
+            st.run(&be);
+            let g = capture(&be, || st.run(&be));
+            let (prog, edges) = g.edge_counts().unwrap();
+            println!("{name} {fmt:?} tail {on}: graph of {edges} edges, {prog} programmatic");
+            graphs.push(g);
+        }
+        let mut best = [f64::MAX; 2];
+        for _ in 0..3 {
+            for (i, g) in graphs.iter().enumerate() {
+                best[i] = best[i].min(time_ms(&be, 3, 30, |_| g.replay().unwrap()));
+            }
+        }
+        be.synchronize().unwrap();
+        lines.push(format!(
+            "step {name:7} {fmt:?}: tail off {:6.3} ms ({:6.1} tok/s), on {:6.3} ms ({:6.1} tok/s), {:+.1}% time, {:+.2} us/layer",
+            best[0],
+            1e3 / best[0],
+            best[1],
+            1e3 / best[1],
+            100.0 * (best[1] / best[0] - 1.0),
+            1e3 * (best[1] - best[0]) / shape.layers as f64
+        ));
+    }
+    be.set_gemv_tail(was);
+    println!("\n==== summary: decode step, GEMV tails A/B (graph replays) ====");
+    for l in lines {
+        println!("{l}");
+    }
+}
+
 /// The attention-input op (`qkv_rope_kv_write`, one launch) against the unfused sequence it
 /// replaces after a stacked QKV GEMV (`add_bias` with bias, `split_columns3`, `rope` x2,
 /// `kv_write_f32`), at the SmolLM2-135M (9/3 heads, hd 64), Qwen2.5-0.5B (14/2, hd 64, bias)

@@ -2,7 +2,7 @@
 
 use pocket_kernels::{Device, Tensor};
 
-use crate::Result;
+use crate::{Linear, Result};
 
 /// Root-mean-square normalization with a learned f32 scale.
 pub struct RmsNorm {
@@ -37,5 +37,33 @@ impl RmsNorm {
         out: &mut Tensor,
     ) -> Result<()> {
         Ok(dev.add_rms_norm(residual, delta, &self.weight, self.eps, out)?)
+    }
+
+    /// `delta = proj(x); residual += delta; out = norm(residual)`: a projection and the norm
+    /// after it in one op where the device folds the norm into the GEMV
+    /// ([`pocket_kernels::Backend::matmul_add_rms_norm`]; CUDA decode, `POCKET_GEMV_TAIL`).
+    /// A projection with a bias takes the separate ops.
+    pub fn proj_add_forward(
+        &self,
+        dev: &Device,
+        proj: &Linear,
+        x: &Tensor,
+        delta: &mut Tensor,
+        residual: &mut Tensor,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        if proj.bias.is_some() {
+            proj.forward(dev, x, delta)?;
+            return self.add_forward(dev, residual, delta, out);
+        }
+        Ok(dev.matmul_add_rms_norm(
+            x,
+            &proj.weight,
+            delta,
+            residual,
+            &self.weight,
+            self.eps,
+            out,
+        )?)
     }
 }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "ae52e82a780e0b528eeaa4a447b665385c753be93c0d6eca6d4c76d289818260";
+    "13aa62e739ba49eee010b5b584c6c194413e85feb03dbe0328738f1de014be67";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -451,8 +451,20 @@ impl Backend for CudaBackend {
         if super::gemv_fp8::gate_up_fused_applies(x, w) {
             return super::gemv_fp8::gate_up_silu(self, x, w, out, None);
         }
-        self.matmul(x, w, gate_up)?;
-        self.silu_mul_halves(gate_up, out)
+        super::gemv_tail::matmul_silu_halves(self, x, w, gate_up, out)
+    }
+
+    fn matmul_add_rms_norm(
+        &self,
+        x: &Tensor,
+        w: &Weight,
+        delta: &mut Tensor,
+        residual: &mut Tensor,
+        norm_w: &Tensor,
+        eps: f32,
+        normed: &mut Tensor,
+    ) -> Result<()> {
+        super::gemv_tail::matmul_add_rms_norm(self, x, w, delta, residual, norm_w, eps, normed)
     }
 
     fn qkv_rope_kv_write(

@@ -305,6 +305,10 @@ pub enum Kernel {
     GemvQ8Warp(Q8Gemv),
     /// One activation row, one weight row per 128-thread block (small matrices).
     GemvQ8Row1(Q8Gemv),
+    /// [`Kernel::GemvQ8Rows`] (`false`) or [`Kernel::GemvQ8Row1`] (`true`) with a tail
+    /// (kernels/gemv_tail.cuh): SwiGLU + int8 quantization, or (`GemvTail::Norm`) residual add +
+    /// RMSNorm + int8 quantization.
+    GemvQ8Tail(Q8Gemv, bool, super::gemv_tail::GemvTail),
     /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
     Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
@@ -443,6 +447,7 @@ impl Kernel {
             Kernel::GemvQ8Row1(f) => (M::Gemv, q8_table!(f, "gemv_q8r1_", "")),
             Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
+            Kernel::GemvQ8Tail(f, row1, t) => (M::Gemv, super::gemv_tail::symbol(f, row1, t)),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),
             Kernel::GatedDeltaRule => (M::Deltanet, "gated_delta_rule"),
             Kernel::DeltaChunkPrep => (M::Deltanet, "delta_chunk_prep"),

@@ -392,7 +392,7 @@ impl Q8Bufs {
 
 /// Quantizes `m` rows of `cols` at `x` into both kinds (Q8K only where `cols` is a multiple of
 /// 256: the K formats need no other width).
-fn quantize_act(
+pub(crate) fn quantize_act(
     be: &CudaBackend,
     op: &'static str,
     x: u64,

@@ -95,6 +95,13 @@ pub(crate) fn rms_norm(
     )
 }
 
+/// Whether decode-sized norms and silu_mul write their output's int8 quantization (unless
+/// `POCKET_NORM_Q8=0`).
+pub(crate) fn norm_q8_on() -> bool {
+    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_NORM_Q8");
+    ON.on()
+}
+
 /// Where a decode-sized norm or silu_mul (at most [`GEMV_MAX_ROWS`] rows of a multiple of 32)
 /// should also write its output's 8-bit quantization: the q8 scratch, now recorded as holding `out`, so the
 /// GEMVs that read `out` skip their quantize launch (a failed launch clears the record). `None`
@@ -107,8 +114,7 @@ pub(crate) fn norm_q8_scratch(
     rows: usize,
     d: usize,
 ) -> Result<Option<Q8Bufs>> {
-    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_NORM_Q8");
-    if !ON.on() || rows == 0 || rows > GEMV_MAX_ROWS || !d.is_multiple_of(32) {
+    if !norm_q8_on() || rows == 0 || rows > GEMV_MAX_ROWS || !d.is_multiple_of(32) {
         return Ok(None);
     }
     let mut scratch = be
@@ -143,7 +149,7 @@ const NORM_CH: usize = 2;
 /// Block size and `fast` flag of `rms_norm_q8` / `add_rms_norm_q8` for rows of `d` (a multiple
 /// of 32): the one-pass path (one warp per 256 elements, 16-byte loads) where the row fits
 /// 32 warps of `NORM_CH` chunks and every pointer is 16-byte aligned, else the strided one.
-fn norm_q8_block(d: usize, ptrs: &[u64]) -> (u32, i32) {
+pub(crate) fn norm_q8_block(d: usize, ptrs: &[u64]) -> (u32, i32) {
     let chunks = d.div_ceil(256);
     if small_kernels_legacy() || chunks > 32 * NORM_CH || ptrs.iter().any(|p| p % 16 != 0) {
         return (norm_threads(d), 0);

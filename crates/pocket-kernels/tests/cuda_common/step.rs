@@ -293,19 +293,16 @@ impl Step {
         let s = self.shape;
         be.embedding(&self.embd, &self.ids, &mut self.residual)
             .unwrap();
-        for (i, l) in self.layers.iter_mut().enumerate() {
+        let nl = self.layers.len();
+        for i in 0..nl {
+            // The next layer's input norm (the output norm after the last layer) runs with this
+            // layer's down projection (`matmul_add_rms_norm`).
+            let (cur, rest) = self.layers.split_at_mut(i + 1);
+            let l = &mut cur[i];
+            let next_norm = rest.first().map_or(&self.out_norm, |n| &n.n1);
             if i == 0 {
                 be.rms_norm(&self.residual, &l.n1, 1e-5, &mut self.normed)
                     .unwrap();
-            } else {
-                be.add_rms_norm(
-                    &mut self.residual,
-                    &self.delta,
-                    &l.n1,
-                    1e-5,
-                    &mut self.normed,
-                )
-                .unwrap();
             }
             // Projections write rows; RoPE, the cache and attention see them per head.
             self.q.reshape(&[1, s.heads * s.head_dim]).unwrap();
@@ -342,10 +339,13 @@ impl Step {
             )
             .unwrap();
             self.att.reshape(&[1, s.heads * s.head_dim]).unwrap();
-            be.matmul(&self.att, &l.wo, &mut self.delta).unwrap();
-            be.add_rms_norm(
+            // The projections with the op after them: one launch each where the backend folds
+            // it into the GEMV (CUDA, `POCKET_GEMV_TAIL`), else the two ops.
+            be.matmul_add_rms_norm(
+                &self.att,
+                &l.wo,
+                &mut self.delta,
                 &mut self.residual,
-                &self.delta,
                 &l.n2,
                 1e-5,
                 &mut self.normed,
@@ -353,8 +353,8 @@ impl Step {
             .unwrap();
             match &l.proj {
                 Proj::Stacked { gate_up, .. } => {
-                    be.matmul(&self.normed, gate_up, &mut self.gu).unwrap();
-                    be.silu_mul_halves(&self.gu, &mut self.h).unwrap();
+                    be.matmul_silu_halves(&self.normed, gate_up, &mut self.gu, &mut self.h)
+                        .unwrap();
                 }
                 Proj::Separate { gate, up, .. } => {
                     be.matmul(&self.normed, gate, &mut self.g).unwrap();
@@ -362,16 +362,17 @@ impl Step {
                     be.silu_mul(&self.g, &self.u, &mut self.h).unwrap();
                 }
             }
-            be.matmul(&self.h, &l.down, &mut self.delta).unwrap();
+            be.matmul_add_rms_norm(
+                &self.h,
+                &l.down,
+                &mut self.delta,
+                &mut self.residual,
+                next_norm,
+                1e-5,
+                &mut self.normed,
+            )
+            .unwrap();
         }
-        be.add_rms_norm(
-            &mut self.residual,
-            &self.delta,
-            &self.out_norm,
-            1e-5,
-            &mut self.normed,
-        )
-        .unwrap();
         be.matmul(&self.normed, &self.output, &mut self.logits)
             .unwrap();
         be.argmax(&self.logits, &mut self.next).unwrap();
