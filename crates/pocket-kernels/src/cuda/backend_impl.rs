@@ -449,9 +449,13 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         // One row of FP8 weights: gemv_fp8_silu, one launch (`POCKET_GATE_UP_FUSED=0`: off).
         if super::gemv_fp8::gate_up_fused_applies(x, w) {
-            return super::gemv_fp8::gate_up_silu(self, x, w, out, None);
+            super::gemv_fp8::gate_up_silu(self, x, w, out, None)?;
+        } else {
+            super::gemv_tail::matmul_silu_halves(self, x, w, gate_up, out)?;
         }
-        super::gemv_tail::matmul_silu_halves(self, x, w, gate_up, out)
+        // The L2 prefetch of the next decode GEMV's weight (cuda/prefetch.rs; a no-op where the
+        // op fell back to `matmul`, which forked it already).
+        self.after_decode_gemv(w, x.rows())
     }
 
     fn matmul_add_rms_norm(
@@ -464,7 +468,9 @@ impl Backend for CudaBackend {
         eps: f32,
         normed: &mut Tensor,
     ) -> Result<()> {
-        super::gemv_tail::matmul_add_rms_norm(self, x, w, delta, residual, norm_w, eps, normed)
+        super::gemv_tail::matmul_add_rms_norm(self, x, w, delta, residual, norm_w, eps, normed)?;
+        // As in `matmul_silu_halves`.
+        self.after_decode_gemv(w, x.rows())
     }
 
     fn qkv_rope_kv_write(
