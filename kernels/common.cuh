@@ -60,8 +60,9 @@ __constant__ int8_t IQ4NL_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10
 //
 // Repacked layouts (chosen at upload so the GEMV can issue 16-byte loads): Q4_0, Q8_0 and Q6_K keep
 // all quants of the matrix first (`rows * nb * BYTES` bytes, row-major by block) and the companion
-// bytes after them (`rows * nb * AUX`: the f16 scale of Q4_0/Q8_0; Q6_K's 16 scales and d). Every
-// other format keeps GGML's interleaved block layout.
+// bytes after them (`rows * nb * AUX`: the f16 scale of Q4_0/Q8_0; Q6_K's 16 scales and d). Q4_K
+// keeps GGML's blocks with its quants reordered by sub-block (FmtQ4_K). Every other format keeps
+// GGML's block layout.
 
 struct FmtF32 {
     static constexpr int QK = 16, BYTES = 64;
@@ -249,21 +250,26 @@ struct FmtQ3_K {
     }
 };
 
-// Q4_K: { f16 d, f16 dmin, u8 scales[12], u8 qs[128] }: 8 sub-blocks of 32.
+// Q4_K, reordered at upload (cuda/repack.rs): GGML's 144-byte block { f16 d, f16 dmin,
+// u8 scales[12], u8 qs[128] } with the quants rearranged so that qs[16s..16s+16] is sub-block s
+// (low nibbles = its elements 0..15, high = 16..31, as Q4_0; GGML interleaves sub-blocks 2c and
+// 2c+1 in the nibbles of qs[32c..32c+32]). Header and quants stay in one block: 144 = 9 x 16
+// bytes, so both are 16-byte aligned already, and a split layout's second pointer per row made
+// gemv_q8r_q4_k spill at its 64-register bound.
 struct FmtQ4_K {
     static constexpr int QK = 256, BYTES = 144;
     DEVI static void decode16(const uint8_t* row, const uint8_t*, int blk, int chunk, float* out) {
         const uint8_t* b = row + (size_t)blk * BYTES;
         float d = h2f(((const uint16_t*)b)[0]), dmin = h2f(((const uint16_t*)b)[1]);
-        int e0 = chunk * 16;
-        int sub = e0 / 32;  // sub-block; pairs (2c, 2c+1) share qs[32c..32c+32]
+        int sub = chunk / 2;
         int sc, m;
         scale_min_k4(sub, b + 4, sc, m);
         float dl = d * sc, ml = dmin * m;
-        const uint8_t* qs = b + 16 + 32 * (sub / 2) + (e0 % 32);
-        int sh = (sub & 1) * 4;
+        uint4 v = *(const uint4*)(b + 16 + 16 * sub);
+        uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        int sh = (chunk & 1) * 4;
 #pragma unroll
-        for (int j = 0; j < 16; j++) out[j] = dl * (float)((qs[j] >> sh) & 15) - ml;
+        for (int j = 0; j < 16; j++) out[j] = dl * (float)((w[j / 4] >> (8 * (j % 4) + sh)) & 15) - ml;
     }
 };
 

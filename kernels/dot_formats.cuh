@@ -1,6 +1,6 @@
 // dp4a work items of the formats with 16-byte or word weight loads (repacked Q4_0, Q8_0, Q6_K;
-// Q4_1, Q4_K) for the decode GEMV (kernels/gemv.cu, which states the work-item contract); the
-// other formats' work items and the dp4a building blocks are in dot_q8.cuh.
+// reordered Q4_K; Q4_1) for the decode GEMV (kernels/gemv.cu, which states the work-item
+// contract); the other formats' work items and the dp4a building blocks are in dot_q8.cuh.
 #pragma once
 #include "common.cuh"
 #include "dot_q8.cuh"
@@ -68,48 +68,40 @@ struct DotQ4_1 {  // GGML layout { d, m, qs[16] }: 20 bytes, 4-byte aligned
     }
 };
 
-// Q4_K: 8 threads per 144-byte super-block (16-byte aligned). Thread p reads the 16-byte header
-// (d, dmin, scales) and qs bytes [16p, 16p+16): low nibbles belong to sub-block 2*(p/2), high
-// nibbles to 2*(p/2)+1, each 16 elements at offset 16*(p%2).
+// Q4_K (reordered, common.cuh FmtQ4_K): 8 threads per 144-byte super-block; thread p is
+// sub-block p, one activation block: a 16-byte load of its quants (low nibbles = elements 0..15,
+// high = 16..31, as Q4_0) and a 16-byte load of the block's header (d, dmin, 12 scale bytes; the 8
+// threads of a super-block read the same 16 bytes). The 6-bit scale and min of sub-block p are
+// selected without branches (p < 4: bytes p and p + 4; else the nibbles of byte p + 4 and the top
+// two bits of bytes p - 4 and p).
 struct DotQ4_K {
     using Fmt = FmtQ4_K;
     static constexpr int QK = 256, TPB = 8, PF = 1;
-    struct Raw { uint4 hdr, q; };
+    struct Raw { uint4 q, hdr; };
     DEVI static Raw load(const uint8_t* row, const uint8_t*, int blk, int p) {
         const uint8_t* b = row + (size_t)blk * 144;
-        return Raw{__ldg((const uint4*)b), __ldg((const uint4*)(b + 16 + 16 * p))};
+        return Raw{__ldg((const uint4*)(b + 16 + 16 * p)), __ldg((const uint4*)b)};
     }
     DEVI static float dot(const Raw& r, int blk, int p, const Q8Act& a) {
-        int c = p / 2, h = p % 2;
-        int sub0 = 2 * c, sub1 = 2 * c + 1;
-        uint32_t y = r.hdr.y, z = r.hdr.z, w = r.hdr.w;
-        // scale_min_k4 over the 12 scale bytes q[0..12] = bytes of (y, z, w).
-        int s0, m0, s1, m1;
-        if (c < 2) {
-            s0 = kbyte(y, z, w, sub0) & 63; m0 = kbyte(y, z, w, sub0 + 4) & 63;
-            s1 = kbyte(y, z, w, sub1) & 63; m1 = kbyte(y, z, w, sub1 + 4) & 63;
-        } else {
-            s0 = (kbyte(y, z, w, sub0 + 4) & 0xF) | ((kbyte(y, z, w, sub0 - 4) >> 6) << 4);
-            m0 = (kbyte(y, z, w, sub0 + 4) >> 4) | ((kbyte(y, z, w, sub0) >> 6) << 4);
-            s1 = (kbyte(y, z, w, sub1 + 4) & 0xF) | ((kbyte(y, z, w, sub1 - 4) >> 6) << 4);
-            m1 = (kbyte(y, z, w, sub1 + 4) >> 4) | ((kbyte(y, z, w, sub1) >> 6) << 4);
-        }
-        size_t ab0 = (size_t)blk * 8 + sub0, ab1 = ab0 + 1;
-        int4 alo = *(const int4*)(a.q + ab0 * 32 + 16 * h);
-        int4 ahi = *(const int4*)(a.q + ab1 * 32 + 16 * h);
+        int sh = 8 * (p & 3);
+        uint32_t yb = r.hdr.y >> sh, zb = r.hdr.z >> sh, wb = r.hdr.w >> sh;
+        int sc = p < 4 ? (int)(yb & 63) : (int)((wb & 15) | ((yb >> 2) & 48));
+        int m = p < 4 ? (int)(zb & 63) : (int)(((wb >> 4) & 15) | ((zb >> 2) & 48));
+        size_t ab = (size_t)blk * 8 + p;
+        const int4* ap = (const int4*)(a.q + ab * 32);
+        int4 a0 = ap[0], a1 = ap[1];
         uint32_t w4[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-        int lo[4] = {alo.x, alo.y, alo.z, alo.w}, hi[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
-        int slo = 0, shi = 0;
+        int lo[4] = {a0.x, a0.y, a0.z, a0.w}, hi[4] = {a1.x, a1.y, a1.z, a1.w};
+        int s = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            slo = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], slo);
-            shi = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], shi);
+            s = dp4a((int)(w4[i] & 0x0f0f0f0f), lo[i], s);
+            s = dp4a((int)((w4[i] >> 4) & 0x0f0f0f0f), hi[i], s);
         }
         float d = h2f(r.hdr.x & 0xffff), dmin = h2f(r.hdr.x >> 16);
-        float res = d * (a.d[ab0] * (float)(s0 * slo) + a.d[ab1] * (float)(s1 * shi));
-        // The min term covers whole 32-element activation blocks: the h == 0 thread adds it once.
-        if (h == 0) res -= dmin * ((float)m0 * a.s[ab0] + (float)m1 * a.s[ab1]);
-        return res;
+        // sum (d sc q - dmin m) a = d a_d (sc sumi) - dmin m a_s (a_s = a_d * sum of the block's
+        // quants); |sc sumi| <= 63 * 15 * 127 * 32 is exact in f32.
+        return d * a.d[ab] * (float)(sc * s) - dmin * (float)m * a.s[ab];
     }
 };
 

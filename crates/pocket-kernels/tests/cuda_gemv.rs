@@ -85,6 +85,81 @@ fn gemv_matches_references_on_random_blocks() {
     );
 }
 
+/// Q4_K, which upload reorders by sub-block (cuda/repack.rs), through every path that reads it:
+/// the one-row dp4a GEMV (the `auto` choice: one row per block under 2048 rows, else 4 rows per
+/// block), the 2..8-row GEMV, the cuBLAS prefill's dequantization (n = 9, 40) and the embedding
+/// gather. Shapes: one super-block per row, rows not a multiple of 4 (5, 131, 2053), 5 and 56
+/// super-blocks per row (several passes of the multi-row loop at 14336 columns). The GEMVs
+/// against the float64 dot and the CPU matmul within their bounds; the embedding bit for bit
+/// against pocket-quant's dequantization.
+#[test]
+fn q4_k_reordered_layout_matches_references_on_odd_shapes() {
+    let dev = match Device::open(DeviceKind::Cuda(0)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let t = GgmlType::Q4_K;
+    let mut failures = Vec::new();
+    let mut rng = Rng::new(4242);
+    for &(rows, cols) in &[
+        (1usize, 256usize),
+        (5, 1280),
+        (131, 1280),
+        (2053, 512),
+        (7, 14336),
+    ] {
+        let (bytes, deq, w) = random_matrix(&*dev, t, rows, cols, &mut rng);
+        let m = quant_matrix(t, rows, cols, &bytes);
+        for n in [1usize, 3, 8, 9, 40] {
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let xt = dev.upload_f32(&x, &[n, cols]).unwrap();
+            let mut out = dev.alloc(DType::F32, &[n, rows]).unwrap();
+            dev.write_f32(&mut out, &vec![f32::NAN; n * rows], &[n, rows])
+                .unwrap();
+            dev.matmul(&xt, &w, &mut out).unwrap();
+            let got = dev.read_f32(&out).unwrap();
+            let mut cpu = vec![0f32; n * rows];
+            pocket_quant::matmul(&m, &x, n, &mut cpu).unwrap();
+            let what = format!("Q4_K [{rows}x{cols}] n={n}");
+            let worst = check_against_references(
+                t,
+                &what,
+                &deq,
+                &x,
+                (n, rows, cols),
+                &got,
+                &cpu,
+                &mut failures,
+            );
+            eprintln!("{what}: worst error / bound = {worst:.3}");
+        }
+        // Embedding: the first and last rows, one repeated, one in the middle.
+        let ids = [rows as u32 - 1, 0, (rows / 2) as u32, rows as u32 - 1];
+        let idt = dev.upload_u32(&ids, &[ids.len()]).unwrap();
+        let mut out = dev.alloc(DType::F32, &[ids.len(), cols]).unwrap();
+        dev.embedding(&w, &idt, &mut out).unwrap();
+        let got = dev.read_f32(&out).unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            let want = &deq[id as usize * cols..(id as usize + 1) * cols];
+            let row = &got[i * cols..(i + 1) * cols];
+            if let Some(c) = (0..cols).find(|&c| row[c].to_bits() != want[c].to_bits()) {
+                failures.push(format!(
+                    "Q4_K [{rows}x{cols}] embedding of row {id}: column {c} is {} not {}",
+                    row[c], want[c]
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "Q4_K mismatches:\n{}",
+        failures.join("\n")
+    );
+}
+
 /// Consecutive GEMVs over one input reuse its 8-bit quantization; any write to that input must
 /// force a new one. Each result is compared bit for bit with the same GEMV on a fresh upload of
 /// the same values (which always quantizes).

@@ -110,7 +110,8 @@ fn split_gemv_variants_match_references_and_repeat_bit_for_bit() {
 /// among them) against the float64 dot and the CPU within their bounds, each repeating its
 /// result bit for bit. Shapes: 896 columns (one pass of every kernel, 28 or 56 items a row) and
 /// 4352 (17 super-blocks: 136 work items a row, Q8_0 272, so `gemv_q8r_*` takes a partial second
-/// pass for Q4_K, Q6_K and Q8_0), rows with a partial last group of 4.
+/// pass for Q4_K, Q6_K and Q8_0), rows with a partial last group of 4; for Q4_K also rows of one
+/// super-block and a matrix past the 2048 rows of its one-row-per-block rule.
 #[test]
 fn q8_gemv_variants_match_references_and_repeat_bit_for_bit() {
     let _choice = kernel_choice();
@@ -135,7 +136,11 @@ fn q8_gemv_variants_match_references_and_repeat_bit_for_bit() {
     for (ti, &t) in formats.iter().enumerate() {
         let mut rng = Rng::new(500 + ti as u64);
         let k_format = QuantFormat::Ggml(t).block_size() == 256;
-        let shapes: &[(usize, usize)] = if k_format {
+        let shapes: &[(usize, usize)] = if t == GgmlType::Q4_K {
+            // Q4_K (reordered at upload): also one super-block a row, and 2053 rows (>= 2048:
+            // `auto` takes 4 rows per block, with a partial last group).
+            &[(203, 4352), (5, 4352), (67, 256), (2053, 1280)]
+        } else if k_format {
             &[(203, 4352), (5, 4352)]
         } else {
             &[(67, 896), (203, 4352), (5, 4352)]

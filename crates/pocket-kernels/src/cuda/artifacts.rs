@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "13aa62e739ba49eee010b5b584c6c194413e85feb03dbe0328738f1de014be67";
+    "90a1261ad78829bbdaa54e7bb5934c2c5f25c3c2a2f9f7c5d8f9830aabcdbbfd";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -177,16 +177,10 @@ impl Backend for CudaBackend {
                 ),
             });
         }
-        let (storage, layout) = if let Some((qr, ar)) = dev.split_scales() {
-            let (bb, qb, ab) = (format.block_bytes(), qr.len(), ar.len());
-            let nblocks = bytes.len() / bb;
-            let mut packed = vec![0u8; bytes.len()];
-            let (q, d) = packed.split_at_mut(nblocks * qb);
-            for (i, blk) in bytes.chunks_exact(bb).enumerate() {
-                d[ab * i..ab * (i + 1)].copy_from_slice(&blk[ar.clone()]);
-                q[qb * i..qb * (i + 1)].copy_from_slice(&blk[qr.clone()]);
-            }
-            (self.upload_bytes(OP, &packed)?, WeightLayout::SplitScales)
+        let (storage, layout) = if let Some((packed, layout)) =
+            super::repack::repack(dev, format.block_bytes(), bytes)
+        {
+            (self.upload_bytes(OP, &packed)?, layout)
         } else {
             (self.upload_bytes(OP, bytes)?, WeightLayout::Ggml)
         };

@@ -83,7 +83,10 @@ impl CudaBackend {
 ///   9.6 us on Qwen2.5's 9728 x 896 gate|up (the Q5_0 item is not a 16-byte load, so 4 rows per
 ///   thread chain slow loads).
 /// * Q4_K matrices under 2048 rows with rows past one warp's items: one row per block, 2.6
-///   against 3.5 us on Qwen2.5's 896 x 4864 down projection.
+///   against 3.5 us on Qwen2.5's 896 x 4864 down projection. Measured with the previous Q4_K
+///   work item (two half sub-blocks a thread); the sub-block-ordered one (`repack.rs`) keeps 8
+///   items per super-block, so the item counts these rules read are unchanged, and its 64
+///   registers (no spill) keep `gemv_q8r_*` at 8 blocks per SM.
 ///
 /// `POCKET_GEMV_SPLIT=0` keeps the legacy choice (session 3's, `POCKET_GEMV_Q8=legacy`).
 pub(super) fn q8_one_row(q: Q8Gemv, rows: usize, cols: usize) -> (Kernel, u32, u32) {

@@ -321,6 +321,9 @@ pub enum WeightLayout {
     /// Quants of every block first, then the companion bytes (the f16 scale of Q4_0 and Q8_0;
     /// Q6_K's scales and d): 16-byte loads.
     SplitScales,
+    /// GGML's blocks with each block's quants reordered by 32-element sub-block (Q4_K;
+    /// `repack.rs`).
+    SubBlockOrder,
     /// The row-major codes as the checkpoint holds them, then f32 companion scales from byte
     /// `offset` (FP8 with 128x128 tile scales; `matmul_fp8.rs`).
     ScalesAfter {

@@ -37,6 +37,7 @@ mod ops;
 mod prefetch;
 mod qkv_rope;
 mod recurrent;
+mod repack;
 mod sample;
 mod split;
 mod switch;
