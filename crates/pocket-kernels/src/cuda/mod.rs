@@ -70,12 +70,12 @@ pub(crate) struct Scratch {
     pub w16: Option<CudaStorage>,
     /// f16 activations for the cuBLAS prefill GEMM.
     pub x16: Option<CudaStorage>,
-}
     /// The GEMV tails' completion counters (zeroed once; every tail leaves them zero).
     pub tail_counters: Option<CudaStorage>,
     /// The second q8 workspace the SwiGLU tail writes while the GEMV still reads `q8`; the two
     /// are swapped after the launch (cuda/gemv_tail.rs).
     pub q8_alt: Option<CudaStorage>,
+}
 
 impl Scratch {
     /// Device address of `slot` with at least `bytes`, growing it if needed.
