@@ -45,7 +45,16 @@ struct AttnArgs {
     int8_t* xq;
     float* xd;
     float* xs;
+    // Output gate (Qwen3.5): where non-null, whichever kernel writes `out` writes
+    // out * sigmoid(gate) instead (gate [rows, heads, head_dim], as `out`), and quantizes that.
+    const float* gate;
 };
+
+// sigmoid_mul's arithmetic (deltanet.cu): v * (1 / (1 + expf(-g))).
+DEVI float gate_mul(float v, float g) { return v * (1.f / (1.f + expf(-g))); }
+DEVI float gate_out(float v, const float* gate, size_t i) {
+    return gate != nullptr ? gate_mul(v, gate[i]) : v;
+}
 
 // Splits the decode kernel really uses for `nkeys` keys: one per `min_keys` keys, at most `splits`.
 DEVI int dec_splits(int nkeys, int splits, int min_keys) {
@@ -137,7 +146,7 @@ __device__ void attention(const AttnArgs& a) {
 #pragma unroll
         for (int w = 0; w < ATT_WARPS; w++) o += sacc[w][d] * wgt[w];
         if (a.splits == 1) {
-            a.out[rh * a.head_dim + d] = L > 0.f ? o / L : 0.f;
+            a.out[rh * a.head_dim + d] = gate_out(L > 0.f ? o / L : 0.f, a.gate, rh * a.head_dim + d);
         } else {
             a.part_acc[(rh * a.splits + split) * a.head_dim + d] = o;
         }
@@ -162,8 +171,8 @@ DEF_ATTN(f16, __half)
 DEF_ATTN(bf16, __nv_bfloat16)
 
 // Merges the splits of each (row, head): grid (rows, heads), head_dim threads rounded up to a warp
-// (up to 256), at most ATC_MAX_SPLITS splits. The split weights are computed once per block in
-// shared memory (one split per thread), so the per-dimension loop is loads and FMAs only.
+// (up to 256), at most ATC_MAX_SPLITS splits; applies the output gate where `gate` is non-null.
+// The split weights are computed once per block in shared memory (one split per thread), so the per-dimension loop is loads and FMAs only.
 // dec_seq_lens != null: the partials come from the decode kernel (row = sequence), which used
 // dec_splits(...) of the splits; when that is 1 its block already wrote `out` and this returns.
 #define ATC_MAX_SPLITS 256
@@ -189,7 +198,7 @@ DEVI void quant32_warp(float v, int8_t* q, float* d, float* s) {
 extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                         float* __restrict__ out, int heads, int head_dim, int splits,
                                         const uint32_t* __restrict__ dec_seq_lens, int window, int min_keys,
-                                        int8_t* xq, float* xd, float* xs) {
+                                        int8_t* xq, float* xd, float* xs, const float* gate) {
     pdl_wait();
     pdl_trigger();
     __shared__ float sw[ATC_MAX_SPLITS];
@@ -203,6 +212,8 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, cons
         if (n == 1) return;
     }
     size_t rh = (size_t)blockIdx.x * heads + blockIdx.y;
+    // The gate (head_dim <= nt: one element per thread) is loaded now, not behind the reductions.
+    float gv = gate != nullptr && tid < head_dim ? gate[rh * head_dim + tid] : 0.f;
     const float* ml = part_ml + rh * splits * 2;
     const float* acc = part_acc + rh * splits * head_dim;
     float mx = -INFINITY;
@@ -236,6 +247,7 @@ extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, cons
         }
         for (; k < n; k++) o0 += acc[(size_t)k * head_dim + d] * sw[k];
         float v = L > 0.f ? ((o0 + o1) + (o2 + o3)) / L : 0.f;
+        if (gate != nullptr) v = gate_mul(v, d == tid ? gv : gate[rh * head_dim + d]);
         out[rh * head_dim + d] = v;
         // xq only with head_dim a multiple of 32 (the decode heads): whole warps reach here.
         if (xq != nullptr) {
@@ -457,6 +469,7 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
         dst[0] = float4{acc[g][0], acc[g][1], acc[g][2], acc[g][3]};
         dst[1] = float4{acc[g][4], acc[g][5], acc[g][6], acc[g][7]};
     }
+    bool gated = a.gate != nullptr && nsplit == 1;
     __syncthreads();
     if (tid < KG * GM) {
         int g = tid % GM;
@@ -486,6 +499,7 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
         size_t rh = hbase + g;
         if (nsplit == 1) {
             float v = L > 0.f ? o / L : 0.f;
+            if (gated) v = gate_mul(v, a.gate[rh * HD + d]);
             a.out[rh * HD + d] = v;
             // A warp covers 32 consecutive dims of one head (HD and G * HD multiples of 32).
             if (a.xq != nullptr) {

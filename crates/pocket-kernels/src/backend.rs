@@ -5,7 +5,7 @@
 //! and devices and returns [`crate::KernelError`] on a mismatch; none panics.
 
 use crate::device::GraphExec;
-use crate::qkv_rope::{QkvBias, QkvRopeParams, QkvSource};
+use crate::qkv_rope::{QkNorm, QkvBias, QkvRopeParams, QkvSource};
 use crate::recurrent::{DeltaRuleParams, RecurrentMeta};
 use crate::rope::DeviceRope;
 use crate::{
@@ -361,6 +361,60 @@ pub trait Backend: Send + Sync {
             src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
         );
         Err(unsupported(self, "qkv_rope_kv_write"))
+    }
+
+    /// [`Backend::qkv_rope_kv_write`] for Qwen3 / Qwen3.5 attention: after the bias, each head of
+    /// q and k is RMS-normed by `norm` (as [`Backend::rms_norm`] over `[n * heads, head_dim]`),
+    /// then rotated; with `gate_out` (`[n, heads * head_dim]`, needs `q_head_stride == 2 *
+    /// head_dim`) the gate half of each `[query | gate]` head (+ its bias) is copied there, for
+    /// [`Backend::attention_gated`]. Equals split + bias + `split_halves` + `rms_norm` x2 + `rope`
+    /// x2 + `kv_write` (CUDA: one launch). The default runs only the plain case.
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_norm_rope_kv_write(
+        &self,
+        src: QkvSource<'_>,
+        bias: QkvBias<'_>,
+        params: &QkvRopeParams,
+        norm: QkNorm<'_>,
+        positions: &Tensor,
+        rope: &DeviceRope,
+        q_out: &mut Tensor,
+        gate_out: Option<&mut Tensor>,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        if norm.is_none() && gate_out.is_none() {
+            return self.qkv_rope_kv_write(
+                src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
+            );
+        }
+        Err(unsupported(self, "qkv_norm_rope_kv_write"))
+    }
+
+    /// Gated attention output (Qwen3.5): `out = attention(q) * sigmoid(gate)`, `gate` as many
+    /// elements as `out`. The default runs [`Backend::attention`] then [`Backend::sigmoid_mul`];
+    /// CUDA applies the gate in the decode kernels' epilogue.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_gated(
+        &self,
+        q: &Tensor,
+        gate: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        meta: &AttentionMeta,
+        params: &AttentionParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.attention(q, k_cache, v_cache, meta, params, out)?;
+        self.sigmoid_mul(out, gate)
+    }
+
+    /// Whether attention layers with QK-norm or an output gate should take
+    /// [`Backend::qkv_norm_rope_kv_write`] and [`Backend::attention_gated`] (where they take the
+    /// one-pass attention input at all); CUDA: `POCKET_QKV_NORM_FUSED=0` says no, for A/B runs.
+    fn fused_qkv_norm(&self) -> bool {
+        true
     }
 
     // ---- prefill arithmetic mode ------------------------------------------------------------

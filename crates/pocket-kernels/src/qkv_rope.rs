@@ -5,6 +5,10 @@
 //! two RoPE launches and the cache write, each a ~2 us launch of a few KB of work on a GPU. This
 //! op does them together; both backends validate their arguments here, in one place, so they
 //! accept and reject the same inputs.
+//!
+//! [`crate::Backend::qkv_norm_rope_kv_write`] extends it to Qwen3 / Qwen3.5 attention: per-head
+//! RMSNorm of q and k between the bias and RoPE ([`QkNorm`]), and for gated layers (per head
+//! `[query | gate]` rows) the gate rows copied out for the attention's output gate.
 
 use crate::error::shape_err;
 use crate::rope::DeviceRope;
@@ -46,6 +50,23 @@ pub enum QkvBias<'a> {
         /// Value bias.
         v: Option<&'a Tensor>,
     },
+}
+
+/// Per-head RMSNorm of the queries and keys (Qwen3 / Qwen3.5 QK-norm), applied after the bias and
+/// before RoPE over each head's `head_dim` elements, as [`crate::Backend::rms_norm`] does.
+#[derive(Clone, Copy, Default)]
+pub struct QkNorm<'a> {
+    /// Query norm: weight `[head_dim]` and eps.
+    pub q: Option<(&'a Tensor, f32)>,
+    /// Key norm: weight `[head_dim]` and eps.
+    pub k: Option<(&'a Tensor, f32)>,
+}
+
+impl QkNorm<'_> {
+    /// Whether neither norm is present.
+    pub fn is_none(&self) -> bool {
+        self.q.is_none() && self.k.is_none()
+    }
 }
 
 /// Head geometry of [`crate::Backend::qkv_rope_kv_write`].
@@ -271,4 +292,44 @@ pub(crate) fn plan<'a>(
         half,
         max_pos,
     })
+}
+
+/// Checks the norm weights and the gate output of [`crate::Backend::qkv_norm_rope_kv_write`]
+/// for `n` tokens: each weight `[head_dim]` with a finite eps >= 0; a gate output needs the
+/// `[query | gate]` layout (`q_head_stride == 2 * head_dim`) and holds `n * heads * head_dim`.
+pub(crate) fn check_extras(
+    p: &QkvRopeParams,
+    n: usize,
+    norm: &QkNorm<'_>,
+    gate_out: Option<&Tensor>,
+) -> Result<()> {
+    for (what, w) in [("q_norm", norm.q), ("k_norm", norm.k)] {
+        if let Some((t, eps)) = w {
+            if t.numel() != p.head_dim {
+                return Err(shape_err(
+                    OP,
+                    format!("{what} weight of {} vs head_dim {}", t.numel(), p.head_dim),
+                ));
+            }
+            if !eps.is_finite() || eps < 0.0 {
+                return Err(shape_err(OP, format!("{what} eps {eps}")));
+            }
+        }
+    }
+    if let Some(g) = gate_out {
+        if p.q_head_stride != 2 * p.head_dim {
+            return Err(shape_err(
+                OP,
+                format!("a gate output needs [query | gate] heads, not {p:?}"),
+            ));
+        }
+        let want = n * p.heads * p.head_dim;
+        if g.numel() != want {
+            return Err(shape_err(
+                OP,
+                format!("gate_out holds {} elements vs {want}", g.numel()),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -80,3 +80,112 @@ fn split_k_decode_matches_cpu() {
         }
     }
 }
+
+/// Gated attention (Qwen3.5's output gate applied in the attention kernels' epilogue) against the
+/// CPU's attention followed by `sigmoid_mul`, over decode batches (unsplit, split with the
+/// combine applying the gate, head-split), a windowed batch, a prefill-shaped batch (the tiled
+/// kernel, then `sigmoid_mul`) and the generic kernel (head_dim 96), each also under a large context bound.
+/// Tolerance: the ungated test's bound; multiplying by sigmoid(g) <= 1 scales the attention's
+/// error down, and CUDA's `expf` (<= 2 ulp) adds < 1e-6 relative. On the GPU itself the fused
+/// epilogue must equal its unfused pair (attention, then the `sigmoid_mul` kernel) bit for bit:
+/// both compute `v * (1 / (1 + expf(-g)))` on the same `v`. Where the decode kernel also writes
+/// the Q8 copy of its output for the output projection (rows not a multiple of 256), a Q8_0
+/// matmul of the gated output must equal the one of the unfused output, which quantizes inside
+/// the GEMV: the Q8 copy is of the gated values.
+#[test]
+fn gated_attention_matches_cpu_attention_then_sigmoid_mul() {
+    use pocket_kernels::HostBytes;
+    use pocket_quant::{GgmlType, QuantFormat};
+    let Some(gpu) = gpu_or_skip() else {
+        return;
+    };
+    let cpu = Device::cpu();
+    let mut rnd = xorshift(0x0ddb_a11c_afe5_eed5);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (heads, kvh, hd) in [
+        (24usize, 4usize, 256usize),
+        (14, 2, 64),
+        (32, 8, 128),
+        (8, 2, 96),
+    ] {
+        let row = heads * hd;
+        // The output projection of the Q8 check: `[64, row]` Q8_0.
+        let wq: Vec<f32> = (0..64 * row).map(|_| rnd()).collect();
+        let blocks = pocket_quant::quantize(QuantFormat::Ggml(GgmlType::Q8_0), &wq).unwrap();
+        let w = gpu
+            .upload_weight(
+                QuantFormat::Ggml(GgmlType::Q8_0),
+                64,
+                row,
+                HostBytes::from_vec(blocks),
+                None,
+                None,
+            )
+            .unwrap();
+        for dtype in [DType::BF16, DType::F16, DType::F32] {
+            for (lens, new, window) in [
+                (vec![1usize], vec![1usize], None),
+                (vec![90, 37, 200], vec![1, 1, 1], None),
+                (vec![2049], vec![1], None),
+                (vec![700, 5], vec![1, 1], Some(100usize)),
+                (vec![300], vec![40], None),
+            ] {
+                let paged = Paged::new(&lens, &new);
+                let kvrow = kvh * hd;
+                let kv: Vec<f32> = (0..paged.slots() * kvrow).map(|_| rnd()).collect();
+                let vv: Vec<f32> = (0..paged.slots() * kvrow).map(|_| rnd()).collect();
+                let nq = paged.queries();
+                let q: Vec<f32> = (0..nq * row).map(|_| rnd()).collect();
+                let g: Vec<f32> = (0..nq * row).map(|_| 4.0 * rnd()).collect();
+                let p = AttentionParams {
+                    num_heads: heads,
+                    num_kv_heads: kvh,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    sliding_window: window,
+                    softcap: None,
+                };
+                let shape = [nq, heads, hd];
+                // On `d` under context bound `bound`, gated by the op (`fused`) or by attention +
+                // sigmoid_mul: the output and its Q8_0 matmul (GPU only).
+                let run = |d: &Device, bound: usize, fused: bool| {
+                    let (kc, vc) = paged.caches(d, dtype, (kvh, hd), (&kv, &vv), bound);
+                    let m = paged.meta(d, bound);
+                    let qt = d.upload_f32(&q, &shape).unwrap();
+                    let gt = d.upload_f32(&g, &[nq, row]).unwrap();
+                    let mut out = d.alloc(DType::F32, &shape).unwrap();
+                    d.write_f32(&mut out, &vec![f32::NAN; nq * row], &shape)
+                        .unwrap();
+                    if fused {
+                        d.attention_gated(&qt, &gt, &kc, &vc, &m, &p, &mut out)
+                            .unwrap();
+                    } else {
+                        d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();
+                        d.sigmoid_mul(&mut out, &gt).unwrap();
+                    }
+                    out.reshape(&[nq, row]).unwrap();
+                    let mut y = d.alloc(DType::F32, &[nq, 64]).unwrap();
+                    if d.kind() != cpu.kind() {
+                        d.matmul(&out, &w, &mut y).unwrap();
+                    }
+                    (d.read_f32(&out).unwrap(), d.read_f32(&y).unwrap())
+                };
+                let exact = paged.max_len();
+                let want = run(&cpu, exact, true).0;
+                let tag = format!("{heads}/{kvh}x{hd} {dtype:?} lens {lens:?} new {new:?}");
+                for bound in [exact, exact.max(16384)] {
+                    let (got, y) = run(&gpu, bound, true);
+                    let (plain, y_plain) = run(&gpu, bound, false);
+                    for (i, (c, x)) in want.iter().zip(&got).enumerate() {
+                        assert!(
+                            (c - x).abs() <= 2e-5 + 1e-4 * c.abs(),
+                            "{tag} bound {bound}: out[{i}] cuda {x} vs cpu {c}"
+                        );
+                    }
+                    assert_eq!(bits(&got), bits(&plain), "{tag} bound {bound}: vs unfused");
+                    assert_eq!(bits(&y), bits(&y_plain), "{tag} bound {bound}: Q8 matmul");
+                }
+            }
+        }
+    }
+}

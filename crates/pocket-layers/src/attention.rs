@@ -3,6 +3,7 @@
 //! the query projection yields `[query | gate]` per head) and the output projection. Q, K and V
 //! may be one stacked weight whose output row `[q | k | v]` is split into the three.
 
+use pocket_kernels::qkv_rope::QkNorm;
 use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::{
     AttentionParams, Device, DeviceKind, QkvBias, QkvRopeParams, QkvSource, Tensor,
@@ -165,7 +166,8 @@ impl Attention {
             view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
             fit(dev, t, n)?;
         }
-        if !self.output_gate && fused_qkv(dev) {
+        let extras = self.output_gate || self.q_norm.is_some() || self.k_norm.is_some();
+        if fused_qkv(dev) && (!extras || dev.fused_qkv_norm()) {
             return self.forward_fused(dev, x, batch, rope, cache, s, out);
         }
         let q_rows = if self.output_gate { 2 * h * hd } else { h * hd };
@@ -225,12 +227,12 @@ impl Attention {
         self.o.forward(dev, &s.out, out)
     }
 
-    /// [`Attention::forward`] for ungated layers through the one-pass attention-input op
-    /// ([`pocket_kernels::Backend::qkv_rope_kv_write`]): the projection GEMV(s) without their
-    /// bias, then bias, RoPE and the cache write in one op (one CUDA launch instead of up to
-    /// seven). With QK-norm (Qwen3) the norms still run first on split rows, and the op then
-    /// reads the normed q and k. Scratch sizes and pointers are the unfused path's, so a
-    /// captured decode graph stays valid.
+    /// [`Attention::forward`] through the one-pass attention-input op
+    /// ([`pocket_kernels::Backend::qkv_norm_rope_kv_write`]): the projection GEMV(s) without their
+    /// bias, then bias, QK-norm, RoPE, the gate split and the cache write in one op (one CUDA
+    /// launch instead of up to nine), then attention with the output gate in its epilogue
+    /// ([`pocket_kernels::Backend::attention_gated`]). Scratch tensors are the unfused path's and
+    /// keep their roles from step to step, so a captured decode graph stays valid.
     #[allow(clippy::too_many_arguments)]
     fn forward_fused(
         &self,
@@ -245,107 +247,103 @@ impl Attention {
         let p = &self.params;
         let (h, kvh, hd) = (p.num_heads, p.num_kv_heads, p.head_dim);
         let n = x.rows();
-        let qp = QkvRopeParams::new(h, kvh, hd);
-        let normed = self.q_norm.is_some() || self.k_norm.is_some();
-        if let (QkvProj::Fused(w), false) = (&self.qkv, normed) {
-            let width = h * hd + 2 * kvh * hd;
-            let fused = &mut s.fused;
-            view(fused, &[fused.capacity() / width, width])?;
-            fit(dev, fused, n)?;
-            dev.matmul(x, &w.weight, fused)?;
-            let rows = s.q.capacity() / (h * hd);
-            view(&mut s.q, &[rows, h, hd])?;
-            fit(dev, &mut s.q, n)?;
-            let bias = w.bias.as_ref().map_or(QkvBias::None, QkvBias::Stacked);
-            let (kc, vc) = cache.layer_mut(self.cache_layer)?;
-            dev.qkv_rope_kv_write(
-                QkvSource::Stacked(fused),
-                bias,
-                &qp,
-                &batch.positions,
-                rope,
-                &mut s.q,
-                kc,
-                vc,
-                &batch.meta,
-            )?;
-            return self.attend(dev, &batch.meta, cache, s, out);
-        }
-        for t in [&mut s.q, &mut s.normed] {
-            view(t, &[t.capacity() / (h * hd), h * hd])?;
-            fit(dev, t, n)?;
-        }
-        for t in [&mut s.k, &mut s.v] {
-            view(t, &[t.capacity() / (kvh * hd), kvh * hd])?;
-            fit(dev, t, n)?;
-        }
-        // Rows without their bias (the op adds it).
-        let bias = match &self.qkv {
-            QkvProj::Separate { q, k, v } if !normed => {
-                dev.matmul(x, &q.weight, &mut s.q)?;
+        let gated = self.output_gate;
+        let qp = QkvRopeParams {
+            q_head_stride: if gated { 2 * hd } else { hd },
+            ..QkvRopeParams::new(h, kvh, hd)
+        };
+        let norm = QkNorm {
+            q: self.q_norm.as_ref().map(|m| (&m.weight, m.eps)),
+            k: self.k_norm.as_ref().map(|m| (&m.weight, m.eps)),
+        };
+        let (qw, kw) = (qp.q_width(), qp.kv_width());
+        let (gate_rows, gate) = match (gated, s.gated.as_mut()) {
+            (false, _) => (None, None),
+            (true, Some((qg, gate))) => {
+                view(qg, &[qg.capacity() / qw, qw])?;
+                fit(dev, qg, n)?;
+                view(gate, &[gate.capacity() / (h * hd), h * hd])?;
+                fit(dev, gate, n)?;
+                (Some(qg), Some(gate))
+            }
+            (true, None) => {
+                return Err(LayerError::Shape(format!(
+                    "attention layer {}: gated layer given ungated scratch (use AttentionScratch::new_gated)",
+                    self.cache_layer
+                )))
+            }
+        };
+        // `s.q` (viewed [n, heads, head_dim]) receives the rotated queries.
+        let rows = s.q.capacity() / (h * hd);
+        view(&mut s.q, &[rows, h, hd])?;
+        fit(dev, &mut s.q, n)?;
+        let (kc, vc) = cache.layer_mut(self.cache_layer)?;
+        match &self.qkv {
+            QkvProj::Fused(w) => {
+                let width = qw + 2 * kw;
+                let fused = &mut s.fused;
+                view(fused, &[fused.capacity() / width, width])?;
+                fit(dev, fused, n)?;
+                dev.matmul(x, &w.weight, fused)?;
+                let bias = w.bias.as_ref().map_or(QkvBias::None, QkvBias::Stacked);
+                dev.qkv_norm_rope_kv_write(
+                    QkvSource::Stacked(fused),
+                    bias,
+                    &qp,
+                    norm,
+                    &batch.positions,
+                    rope,
+                    &mut s.q,
+                    gate,
+                    kc,
+                    vc,
+                    &batch.meta,
+                )?;
+            }
+            QkvProj::Separate { q, k, v } => {
+                // Projection rows without their bias (the op adds it): the query rows go to the
+                // `[query | gate]` scratch of a gated layer, else to `normed` (free here).
+                let q_rows = match gate_rows {
+                    Some(qg) => qg,
+                    None => {
+                        let t = &mut s.normed;
+                        view(t, &[t.capacity() / qw, qw])?;
+                        fit(dev, t, n)?;
+                        t
+                    }
+                };
+                dev.matmul(x, &q.weight, q_rows)?;
                 dev.matmul(x, &k.weight, &mut s.k)?;
                 dev.matmul(x, &v.weight, &mut s.v)?;
-                QkvBias::Separate {
+                let bias = QkvBias::Separate {
                     q: q.bias.as_ref(),
                     k: k.bias.as_ref(),
                     v: v.bias.as_ref(),
-                }
+                };
+                dev.qkv_norm_rope_kv_write(
+                    QkvSource::Separate {
+                        q: q_rows,
+                        k: &s.k,
+                        v: &s.v,
+                    },
+                    bias,
+                    &qp,
+                    norm,
+                    &batch.positions,
+                    rope,
+                    &mut s.q,
+                    gate,
+                    kc,
+                    vc,
+                    &batch.meta,
+                )?;
             }
-            // With QK-norm the norms read biased rows: the projections add their bias.
-            qkv => {
-                if let QkvProj::Fused(w) = qkv {
-                    let width = h * hd + 2 * kvh * hd;
-                    let fused = &mut s.fused;
-                    view(fused, &[fused.capacity() / width, width])?;
-                    fit(dev, fused, n)?;
-                    w.forward(dev, x, fused)?;
-                }
-                self.project(dev, x, &mut s.q, &mut s.k, &mut s.v, &s.fused)?;
-                QkvBias::None
-            }
-        };
-        if let Some(norm) = &self.q_norm {
-            view(&mut s.q, &[n * h, hd])?;
-            view(&mut s.normed, &[n * h, hd])?;
-            norm.forward(dev, &s.q, &mut s.normed)?;
-            std::mem::swap(&mut s.q, &mut s.normed);
         }
-        if let Some(norm) = &self.k_norm {
-            view(&mut s.k, &[n * kvh, hd])?;
-            view(&mut s.normed, &[n * kvh, hd])?;
-            norm.forward(dev, &s.k, &mut s.normed)?;
-            std::mem::swap(&mut s.k, &mut s.normed);
-        }
-        // The op reads q, k, v and writes the rotated queries to `normed` (free now; at least
-        // as large as q), which then becomes q.
-        view(&mut s.q, &[n, h * hd])?;
-        view(&mut s.k, &[n, kvh * hd])?;
-        view(&mut s.v, &[n, kvh * hd])?;
-        let rows = s.normed.capacity() / (h * hd);
-        view(&mut s.normed, &[rows, h, hd])?;
-        fit(dev, &mut s.normed, n)?;
-        let (kc, vc) = cache.layer_mut(self.cache_layer)?;
-        dev.qkv_rope_kv_write(
-            QkvSource::Separate {
-                q: &s.q,
-                k: &s.k,
-                v: &s.v,
-            },
-            bias,
-            &qp,
-            &batch.positions,
-            rope,
-            &mut s.normed,
-            kc,
-            vc,
-            &batch.meta,
-        )?;
-        std::mem::swap(&mut s.q, &mut s.normed);
         self.attend(dev, &batch.meta, cache, s, out)
     }
 
-    /// Attention of the rotated queries in `s.q` (`[n, heads, head_dim]`) over the cache, then
-    /// the output projection.
+    /// Attention of the rotated queries in `s.q` (`[n, heads, head_dim]`) over the cache (gated
+    /// by the gate rows in the scratch for gated layers), then the output projection.
     fn attend(
         &self,
         dev: &Device,
@@ -361,7 +359,12 @@ impl Attention {
         let rows = s.out.capacity() / (h * hd);
         view(&mut s.out, &[rows, h, hd])?;
         fit(dev, &mut s.out, n)?;
-        dev.attention(&s.q, kc, vc, meta, p, &mut s.out)?;
+        match (self.output_gate, s.gated.as_ref()) {
+            (true, Some((_, gate))) => {
+                dev.attention_gated(&s.q, gate, kc, vc, meta, p, &mut s.out)?;
+            }
+            _ => dev.attention(&s.q, kc, vc, meta, p, &mut s.out)?,
+        }
         view(&mut s.out, &[n, h * hd])?;
         self.o.forward(dev, &s.out, out)
     }
@@ -392,10 +395,12 @@ impl Attention {
     }
 }
 
-/// Whether ungated layers take the one-pass attention-input op or the unfused split / bias /
-/// rope / kv_write sequence. On by default on CUDA, where it replaces 4-6 launches by one; off on
+/// Whether layers take the one-pass attention-input op or the unfused split / bias / (norm) /
+/// rope / kv_write sequence. On by default on CUDA, where it replaces 4-9 launches by one; off on
 /// the CPU, where there is no launch to save and the op's reference implementation gathers K/V
 /// into temporaries. `POCKET_FUSED_QKV=1` (or `=0`) forces it on (off) on any device, for A/B runs.
+/// Layers with QK-norm or an output gate also need the backend's consent
+/// ([`pocket_kernels::Backend::fused_qkv_norm`]; CUDA: `POCKET_QKV_NORM_FUSED=0` declines).
 fn fused_qkv(dev: &Device) -> bool {
     static ENV: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = *ENV.get_or_init(|| match std::env::var("POCKET_FUSED_QKV").as_deref() {

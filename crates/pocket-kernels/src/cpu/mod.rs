@@ -390,6 +390,25 @@ impl Backend for CpuBackend {
             src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
         )
     }
+
+    fn qkv_norm_rope_kv_write(
+        &self,
+        src: crate::QkvSource<'_>,
+        bias: crate::QkvBias<'_>,
+        params: &crate::QkvRopeParams,
+        norm: crate::qkv_rope::QkNorm<'_>,
+        positions: &Tensor,
+        rope: &DeviceRope,
+        q_out: &mut Tensor,
+        gate_out: Option<&mut Tensor>,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        qkv_rope::qkv_norm_rope_kv_write(
+            src, bias, params, norm, positions, rope, q_out, gate_out, k_cache, v_cache, meta,
+        )
+    }
 }
 
 #[cfg(test)]

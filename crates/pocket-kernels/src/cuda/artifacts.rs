@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "90a1261ad78829bbdaa54e7bb5934c2c5f25c3c2a2f9f7c5d8f9830aabcdbbfd";
+    "369b3f292f5fa54ff0ffb5928b65d45ac5e720939509200468372fd7b2b28cc3";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -35,6 +35,7 @@ struct AttnArgs {
     xq: u64,
     xd: u64,
     xs: u64,
+    gate: u64,
 }
 
 /// Longest head the kernel holds in registers (8 values per lane).
@@ -227,7 +228,64 @@ pub(crate) fn attention(
     p: &AttentionParams,
     out: &mut Tensor,
 ) -> Result<()> {
+    attention_impl(be, q, None, k_cache, v_cache, meta, p, out)
+}
+
+/// Whether gated attention applies its gate in the attention kernels' epilogue
+/// (`POCKET_ATTN_GATE_FUSED=0`: attention, then a `sigmoid_mul` launch, as before).
+fn fused_gate() -> bool {
+    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_ATTN_GATE_FUSED");
+    ON.on()
+}
+
+/// `out = attention(q) * sigmoid(gate)` (see [`crate::Backend::attention_gated`]): the decode and
+/// generic kernels (and the split combine) gate what they write, and quantize the gated values
+/// where they write the Q8 copy; the tiled prefill kernel is followed by `sigmoid_mul`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_gated(
+    be: &CudaBackend,
+    q: &Tensor,
+    gate: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMeta,
+    p: &AttentionParams,
+    out: &mut Tensor,
+) -> Result<()> {
+    if gate.numel() != out.numel() {
+        return Err(shape_err(
+            "attention_gated",
+            format!(
+                "gate of {} elements vs out of {}",
+                gate.numel(),
+                out.numel()
+            ),
+        ));
+    }
+    if fused_gate() {
+        return attention_impl(be, q, Some(gate), k_cache, v_cache, meta, p, out);
+    }
+    attention_impl(be, q, None, k_cache, v_cache, meta, p, out)?;
+    be.invalidate_q8(); // the attention's Q8 copy of `out` is of the ungated values
+    super::recurrent::sigmoid_mul(be, out, gate)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_impl(
+    be: &CudaBackend,
+    q: &Tensor,
+    gate: Option<&Tensor>,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMeta,
+    p: &AttentionParams,
+    out: &mut Tensor,
+) -> Result<()> {
     const OP: &str = "attention";
+    let gate_ptr = match gate {
+        Some(g) => be.ptr_of(OP, "gate", g, DType::F32)?,
+        None => 0,
+    };
     let (blocks, bs, kvh, hd) = cache_dims(OP, k_cache)?;
     if cache_dims(OP, v_cache)? != (blocks, bs, kvh, hd) || k_cache.dtype != v_cache.dtype {
         return Err(shape_err(OP, "k and v caches differ in shape or dtype"));
@@ -348,6 +406,10 @@ pub(crate) fn attention(
         ];
         let (mb, w) = (max_blocks, window);
         if super::attn_prefill::launch_if_wanted(be, OP, ct, ptrs, meta, p, qs, bs, mb, w)? {
+            // The tiled kernel has no gate epilogue (prefill: one launch more is noise).
+            if let Some(g) = gate {
+                super::recurrent::sigmoid_mul(be, out, g)?;
+            }
             return Ok(());
         }
     }
@@ -421,6 +483,7 @@ pub(crate) fn attention(
         xq,
         xd,
         xs,
+        gate: gate_ptr,
     };
     let out_ptr = args.out;
     if decode {
@@ -460,7 +523,8 @@ pub(crate) fn attention(
                 DECODE_MIN_KEYS as i32,
                 xq,
                 xd,
-                xs
+                xs,
+                gate_ptr
             ],
         )
         .inspect_err(|_| be.invalidate_q8())?;

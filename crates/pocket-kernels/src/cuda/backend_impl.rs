@@ -277,6 +277,20 @@ impl Backend for CudaBackend {
         attn::attention(self, q, k_cache, v_cache, meta, params, out)
     }
 
+    fn attention_gated(
+        &self,
+        q: &Tensor,
+        gate: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        meta: &AttentionMeta,
+        params: &AttentionParams,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        attn::attention_gated(self, q, gate, k_cache, v_cache, meta, params, out)
+    }
+
     fn argmax(&self, logits: &Tensor, out: &mut Tensor) -> Result<()> {
         self.invalidate_q8();
         ops::argmax(self, logits, out)
@@ -483,5 +497,31 @@ impl Backend for CudaBackend {
         super::qkv_rope::qkv_rope_kv_write(
             self, src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
         )
+    }
+
+    fn qkv_norm_rope_kv_write(
+        &self,
+        src: crate::QkvSource<'_>,
+        bias: crate::QkvBias<'_>,
+        params: &crate::QkvRopeParams,
+        norm: crate::qkv_rope::QkNorm<'_>,
+        positions: &Tensor,
+        rope: &DeviceRope,
+        q_out: &mut Tensor,
+        gate_out: Option<&mut Tensor>,
+        k_cache: &mut Tensor,
+        v_cache: &mut Tensor,
+        meta: &AttentionMeta,
+    ) -> Result<()> {
+        self.invalidate_q8();
+        super::qkv_rope::qkv_norm_rope_kv_write(
+            self, src, bias, params, norm, positions, rope, q_out, gate_out, k_cache, v_cache, meta,
+        )
+    }
+
+    fn fused_qkv_norm(&self) -> bool {
+        static ON: super::switch::EnvSwitch =
+            super::switch::EnvSwitch::on_unless_zero("POCKET_QKV_NORM_FUSED");
+        ON.on()
     }
 }

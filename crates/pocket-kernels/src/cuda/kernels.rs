@@ -337,6 +337,8 @@ pub enum Kernel {
     SigmoidMul,
     /// Q/K/V bias, RoPE and the cache write in one launch (`kernels/qkv_rope.cu`).
     QkvRopeKvWrite(CacheType),
+    /// `QkvRopeKvWrite` with per-head QK-norm and the gate copy: one block per head.
+    QkvRopeKvWriteNorm(CacheType),
 }
 
 macro_rules! fmt_table {
@@ -465,6 +467,14 @@ impl Kernel {
                     CacheType::F32 => "qkv_rope_kv_write_f32",
                     CacheType::F16 => "qkv_rope_kv_write_f16",
                     CacheType::BF16 => "qkv_rope_kv_write_bf16",
+                },
+            ),
+            Kernel::QkvRopeKvWriteNorm(c) => (
+                M::QkvRope,
+                match c {
+                    CacheType::F32 => "qkv_rope_kv_write_norm_f32",
+                    CacheType::F16 => "qkv_rope_kv_write_norm_f16",
+                    CacheType::BF16 => "qkv_rope_kv_write_norm_bf16",
                 },
             ),
         }

@@ -1,11 +1,12 @@
 //! Launcher of `kernels/qkv_rope.cu`: the attention-input op ([`crate::qkv_rope`]) in one
-//! kernel. Positions and slots are validated from the host shadows, as `rope` and `kv_write` do
-//! (no device round trip, so a decode step stays graph-capturable).
+//! kernel (with QK-norm or a gate output, the block-per-head variant). Positions and slots are
+//! validated from the host shadows, as `rope` and `kv_write` do (no device round trip, so a
+//! decode step stays graph-capturable).
 
 use super::kernels::{CacheType, Kernel};
 use super::CudaBackend;
 use crate::error::shape_err;
-use crate::qkv_rope::{plan, QkvBias, QkvRopeParams, QkvSource, OP};
+use crate::qkv_rope::{check_extras, plan, QkNorm, QkvBias, QkvRopeParams, QkvSource, OP};
 use crate::rope::{DeviceRope, RopeLayout};
 use crate::{AttentionMeta, DType, Result, Tensor};
 
@@ -37,6 +38,11 @@ struct QkvRopeArgs {
     k_stride: i32,
     v_stride: i32,
     q_head_stride: i32,
+    q_norm: u64,
+    k_norm: u64,
+    gate_out: u64,
+    q_eps: f32,
+    k_eps: f32,
 }
 
 /// Threads per block.
@@ -59,9 +65,55 @@ pub(crate) fn qkv_rope_kv_write(
     v_cache: &mut Tensor,
     meta: &AttentionMeta,
 ) -> Result<()> {
+    qkv_norm_rope_kv_write(
+        be,
+        src,
+        bias,
+        p,
+        QkNorm::default(),
+        positions,
+        rope,
+        q_out,
+        None,
+        k_cache,
+        v_cache,
+        meta,
+    )
+}
+
+/// Threads per block of the QK-norm kernel: one per element pair of a head, rounded up to a warp.
+fn norm_block(head_dim: usize) -> Result<u32> {
+    let t = (head_dim / 2).next_multiple_of(32);
+    if t > 1024 {
+        return Err(shape_err(
+            OP,
+            format!("head_dim {head_dim} exceeds one block"),
+        ));
+    }
+    Ok(t as u32)
+}
+
+/// Both ops: without norms or a gate output the flat kernel (`qkv_rope_kv_write_*`), otherwise
+/// the block-per-head one (`qkv_rope_kv_write_norm_*`), which reduces each head's squares.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn qkv_norm_rope_kv_write(
+    be: &CudaBackend,
+    src: QkvSource<'_>,
+    bias: QkvBias<'_>,
+    p: &QkvRopeParams,
+    norm: QkNorm<'_>,
+    positions: &Tensor,
+    rope: &DeviceRope,
+    q_out: &mut Tensor,
+    gate_out: Option<&mut Tensor>,
+    k_cache: &mut Tensor,
+    v_cache: &mut Tensor,
+    meta: &AttentionMeta,
+) -> Result<()> {
     let pos = be.host_u32(OP, "positions", positions)?;
     let slots = be.host_u32(OP, "slot_mapping", &meta.slot_mapping)?;
     let plan = plan(src, bias, p, &pos, rope, q_out, k_cache, v_cache, &slots)?;
+    check_extras(p, plan.n, &norm, gate_out.as_deref())?;
     let ct = CacheType::of(k_cache.dtype)
         .ok_or_else(|| shape_err(OP, "cache must be f32, f16 or bf16"))?;
     let mut part = [0u64; 3];
@@ -74,6 +126,16 @@ pub(crate) fn qkv_rope_kv_write(
             *o = be.ptr_of(OP, "bias", t, DType::F32)? + 4 * *col as u64;
         }
     }
+    let mut np = [(0u64, 0f32); 2];
+    for (o, w) in np.iter_mut().zip([norm.q, norm.k]) {
+        if let Some((t, eps)) = w {
+            *o = (be.ptr_of(OP, "norm weight", t, DType::F32)?, eps);
+        }
+    }
+    let gate = match &gate_out {
+        Some(g) => be.ptr_of(OP, "gate_out", g, DType::F32)?,
+        None => 0,
+    };
     let args = QkvRopeArgs {
         q: part[0],
         k: part[1],
@@ -99,15 +161,38 @@ pub(crate) fn qkv_rope_kv_write(
         k_stride: int(plan.parts[1].stride)?,
         v_stride: int(plan.parts[2].stride)?,
         q_head_stride: int(p.q_head_stride)?,
+        q_norm: np[0].0,
+        k_norm: np[1].0,
+        gate_out: gate,
+        q_eps: np[0].1,
+        k_eps: np[1].1,
     };
-    let total = plan.n * (p.heads + 2 * p.kv_heads) * (p.head_dim / 2);
-    let grid = u32::try_from(total.div_ceil(TPB))
-        .map_err(|_| shape_err(OP, format!("{total} threads exceed one grid")))?;
+    if plan.n == 0 {
+        return Ok(());
+    }
+    if norm.is_none() && gate_out.is_none() {
+        let total = plan.n * (p.heads + 2 * p.kv_heads) * (p.head_dim / 2);
+        let grid = u32::try_from(total.div_ceil(TPB))
+            .map_err(|_| shape_err(OP, format!("{total} threads exceed one grid")))?;
+        return be.launch(
+            OP,
+            Kernel::QkvRopeKvWrite(ct),
+            (grid, 1, 1),
+            TPB as u32,
+            args![args],
+        );
+    }
+    let units =
+        u32::try_from(p.heads + 2 * p.kv_heads).map_err(|_| shape_err(OP, "too many heads"))?;
+    let rows = u32::try_from(plan.n)
+        .ok()
+        .filter(|&r| r <= 65_535)
+        .ok_or_else(|| shape_err(OP, format!("{} tokens exceed one grid", plan.n)))?;
     be.launch(
         OP,
-        Kernel::QkvRopeKvWrite(ct),
-        (grid, 1, 1),
-        TPB as u32,
+        Kernel::QkvRopeKvWriteNorm(ct),
+        (units, rows, 1),
+        norm_block(p.head_dim)?,
         args![args],
     )
 }
