@@ -129,7 +129,7 @@ extern "C" __global__ void qkv_rope_kv_write_bf16(QkvRopeArgs a) { qkv_rope_kv_w
 
 // ---- with per-head QK-norm and/or the output gate (Qwen3, Qwen3.5) -----------------------------
 // RMSNorm needs each head's sum of squares, so one block serves one (head unit, token): grid
-// (heads + 2 * kv_heads, n), blockDim = head_dim / 2 rounded up to a warp; thread j owns the same
+// (n, heads + 2 * kv_heads), blockDim = head_dim / 2 rounded up to a warp; thread j owns the same
 // element pair as in qkv_rope_kv_write (rotated pair, trailing unrotated pair, or value pair).
 // Per element: the bias add, then rms_norm's arithmetic (norm.cu: inv = 1 / sqrt(ss / d + eps),
 // out = x * inv * w, each op rounded once; the sum of squares is reduced in another order than
@@ -151,7 +151,7 @@ DEVI float qkn_block_sum(float v) {
 
 template <typename T>
 __device__ void qkv_norm_rope_kv_write(const QkvRopeArgs& a) {
-    int u = blockIdx.x, tok = blockIdx.y, j = threadIdx.x;
+    int tok = blockIdx.x, u = blockIdx.y, j = threadIdx.x;
     int hp = a.head_dim / 2, half = a.rot_dim / 2;
     bool is_q = u < a.heads, is_v = u >= a.heads + a.kv_heads;
     int head = is_q ? u : (is_v ? u - a.heads - a.kv_heads : u - a.heads);

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "369b3f292f5fa54ff0ffb5928b65d45ac5e720939509200468372fd7b2b28cc3";
+    "40131291b6397e6a4abe3caf712a7fcac9f91aa2202832a1eca78c9195f49cdd";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

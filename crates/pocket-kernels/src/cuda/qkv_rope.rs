@@ -182,16 +182,17 @@ pub(crate) fn qkv_norm_rope_kv_write(
             args![args],
         );
     }
-    let units =
-        u32::try_from(p.heads + 2 * p.kv_heads).map_err(|_| shape_err(OP, "too many heads"))?;
-    let rows = u32::try_from(plan.n)
+    // Tokens on x (up to 2^31 - 1), head units on y (up to 65535).
+    let units = u32::try_from(p.heads + 2 * p.kv_heads)
         .ok()
-        .filter(|&r| r <= 65_535)
-        .ok_or_else(|| shape_err(OP, format!("{} tokens exceed one grid", plan.n)))?;
+        .filter(|&u| u <= 65_535)
+        .ok_or_else(|| shape_err(OP, "too many heads for one grid"))?;
+    let rows = u32::try_from(plan.n)
+        .map_err(|_| shape_err(OP, format!("{} tokens exceed one grid", plan.n)))?;
     be.launch(
         OP,
         Kernel::QkvRopeKvWriteNorm(ct),
-        (units, rows, 1),
+        (rows, units, 1),
         norm_block(p.head_dim)?,
         args![args],
     )
