@@ -56,6 +56,14 @@ stages)
       --reps 3 --record-dir "$OUT/records" --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
       >"$OUT/hybrid-fp8.txt" 2>&1
     echo "hybrid-fp8 rc=$?" >>"$STATE/progress"
+    # HYBRID_AB="VAR=value ..." runs the same file again under those switches (an A/B of the
+    # whole step in the same session; not recorded).
+    if [ -n "${HYBRID_AB:-}" ]; then
+      env $HYBRID_AB "$BENCH" run --model synthetic:qwen3.5-27b:fp8 --device cuda --prompt-tokens 512 \
+        --gen-tokens 128 --reps 3 --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
+        >"$OUT/hybrid-fp8-ab.txt" 2>&1
+      echo "hybrid-fp8 ab ($HYBRID_AB) rc=$?" >>"$STATE/progress"
+    fi
     rm -rf "$BIG"/*
   fi
   if want bench; then
