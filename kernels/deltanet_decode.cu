@@ -22,6 +22,16 @@
 // sums over i go through shared memory ([RG][dv], then one thread per column adds the RG partials).
 // The arithmetic is deltanet.cu's in the same order per element (the row partials are grouped by RG
 // instead of by warp, so sums round differently from the unfused kernel, as they do from the CPU).
+//
+// With wfmt != 0 (1 = F16, 2 = BF16 weights) the block also computes the in_ba projection of its
+// own value heads instead of reading its output: b_t = x . Wb[head t], a_t = x . Wa[head t] for
+// the hpg heads (2 hpg rows of `hidden` 16-bit weights, 60 KB at 27B), saving that GEMV's launch.
+// The rows are flattened into 8-element (16-byte) chunks, thread tid taking chunks tid + nt u;
+// the first FD_BA_U per thread are loaded before pdl_wait (weights), the dot with the f32 row x
+// (the layer input, not rounded, as gemv_h) follows once it may be read. Each chunk is one
+// 8-term fmaf chain as in gemv_h, its partials summed per warp and row by shuffles (a warp's 32
+// consecutive chunks span at most two rows since hidden >= 256), added by lane 0 per pass in
+// order, and the nwarps partials summed in warp order: deterministic, f32 throughout.
 #include "common.cuh"
 
 DEVI float fd_silu(float x) { return x / (1.f + expf(-x)); }
@@ -32,6 +42,8 @@ DEVI float fd_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // Longest conv kernel (as CONV_MAX_K in deltanet.cu) and state rows per thread.
 #define FD_MAX_K 8
 #define FD_RPT 8
+// in_ba weight chunks (16 bytes) per thread and pass.
+#define FD_BA_U 8
 
 // The t-th value head reading key head kh.
 DEVI int fd_head(int kh, int t, int hk, int hpg, int tiled) { return tiled ? kh + t * hk : kh * hpg + t; }
@@ -47,6 +59,77 @@ DEVI void fd_load(float4 (&S)[FD_RPT], const float* __restrict__ st, bool has, b
     }
 }
 
+// 16 bytes of weights, streamed past L1 (read once per step).
+DEVI uint4 fd_ld16(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Element 0 (low half) or 1 of a word of two 16-bit floats -> f32 (gemv.cu's h_lo / h_hi).
+DEVI float fd_h(uint32_t v, bool hi, bool bf) {
+    if (bf) return __uint_as_float(hi ? (v & 0xffff0000u) : (v << 16));
+    return __half2float(__ushort_as_half((uint16_t)(hi ? v >> 16 : v & 0xffffu)));
+}
+
+// Bytes from the first weight row to row `lr` of the block's 2 hpg in_ba rows (b rows of its
+// value heads, then their a rows), relative to wb or wa.
+DEVI const uint8_t* fd_ba_row(const uint8_t* wb, const uint8_t* wa, int lr, int kh, int hk, int hpg,
+                              int tiled, int hidden) {
+    bool is_b = lr < hpg;
+    int h = fd_head(kh, is_b ? lr : lr - hpg, hk, hpg, tiled);
+    return (is_b ? wb : wa) + (size_t)h * hidden * 2;
+}
+
+// Requests this thread's weight chunks base + tid + nt u of the flattened in_ba rows.
+DEVI void fd_ba_load(uint4 (&q)[FD_BA_U], const uint8_t* wb, const uint8_t* wa, int base, int tid,
+                     int nt, int nch, int kh, int hk, int hpg, int tiled, int hidden) {
+    int total = 2 * hpg * nch;
+#pragma unroll
+    for (int u = 0; u < FD_BA_U; u++) {
+        int f = base + tid + nt * u;
+        q[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (f < total) {
+            int lr = f / nch;
+            q[u] = fd_ld16(fd_ba_row(wb, wa, lr, kh, hk, hpg, tiled, hidden) + (size_t)(f - lr * nch) * 16);
+        }
+    }
+}
+
+// Dots the loaded chunks with x and adds the warp's per-row sums to pba[warp][row] (lane 0).
+DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, float* pba, int base,
+                    int tid, int nt, int nch, int hpg, bool bf) {
+    int total = 2 * hpg * nch, lane = tid % 32, warp = tid / 32;
+#pragma unroll
+    for (int u = 0; u < FD_BA_U; u++) {
+        int f = base + tid + nt * u;
+        int lr = f < total ? f / nch : 2 * hpg;
+        float d = 0.f;
+        if (f < total) {
+            const float4* xp = reinterpret_cast<const float4*>(xr) + 2 * (f - lr * nch);
+            const float4 xa = xp[0], xb = xp[1];
+            const uint4 v = q[u];
+            d = fd_h(v.x, false, bf) * xa.x;
+            d = fmaf(fd_h(v.x, true, bf), xa.y, d);
+            d = fmaf(fd_h(v.y, false, bf), xa.z, d);
+            d = fmaf(fd_h(v.y, true, bf), xa.w, d);
+            d = fmaf(fd_h(v.z, false, bf), xb.x, d);
+            d = fmaf(fd_h(v.z, true, bf), xb.y, d);
+            d = fmaf(fd_h(v.w, false, bf), xb.z, d);
+            d = fmaf(fd_h(v.w, true, bf), xb.w, d);
+        }
+        int first = __shfl_sync(0xffffffffu, lr, 0);
+        float s0 = warp_sum(lr == first ? d : 0.f);
+        float s1 = warp_sum(lr == first ? 0.f : d);
+        if (lane == 0) {
+            if (first < 2 * hpg) pba[warp * 2 * hpg + first] += s0;
+            if (first + 1 < 2 * hpg) pba[warp * 2 * hpg + first + 1] += s1;
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(512)
 deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, const float* __restrict__ bsrc,
                 const float* __restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,
@@ -55,7 +138,9 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
                 float* __restrict__ conv_state, float* __restrict__ state, float* __restrict__ out,
                 const uint32_t* __restrict__ query_start, const uint32_t* __restrict__ state_slots,
                 const uint32_t* __restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,
-                int RG, float l2_eps, float scale, float norm_eps) {
+                int RG, float l2_eps, float scale, float norm_eps, const uint8_t* __restrict__ wb,
+                const uint8_t* __restrict__ wa, const float* __restrict__ x, int x_stride, int hidden,
+                int wfmt) {
     extern __shared__ float4 smem4[];
     float* smem = (float*)smem4;
     int kh = blockIdx.x, s = blockIdx.y;
@@ -78,6 +163,7 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     float* taps = kn + dk;         // [CH][K]
     float* xc = taps + CH * K;     // [CH] conv outputs
     float* zs = xc + CH;           // [hpg][dv] output gate
+    float* pba = zs + hpg * dv;    // [nwarps][2 hpg] in_ba partials (wfmt != 0)
 
     // Local channel c -> channel of the qkv row.
     auto chan = [&](int c) -> int {
@@ -89,6 +175,14 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     // Weights before the wait.
     for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
     float nw = tid < dv ? norm_w[tid] : 0.f;
+    int nch = hidden / 8;
+    uint4 q[FD_BA_U];
+    if (wfmt) {
+        // Lane 0 alone adds to its warp's partials: zero them here, no barrier needed.
+        if (lane == 0)
+            for (int r = 0; r < 2 * hpg; r++) pba[warp * 2 * hpg + r] = 0.f;
+        fd_ba_load(q, wb, wa, 0, tid, nt, nch, kh, hk, hpg, tiled, hidden);
+    }
 
     pdl_wait();
     pdl_trigger();
@@ -111,6 +205,16 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     // The first head's state: the load with the longest latency, in flight during the conv.
     float4 S[FD_RPT];
     fd_load(S, hst + (size_t)fd_head(kh, 0, hk, hpg, tiled) * dk * dv, has, active, rg, RG, cg, dk, dv);
+
+    if (wfmt) {
+        // The in_ba projection of this block's heads (the first pass's weights already here).
+        const float* xr = x + (size_t)r0 * x_stride;
+        for (int base = 0; base < 2 * hpg * nch; base += nt * FD_BA_U) {
+            if (base > 0) fd_ba_load(q, wb, wa, base, tid, nt, nch, kh, hk, hpg, tiled, hidden);
+            fd_ba_dot(q, xr, pba, base, tid, nt, nch, hpg, wfmt == 2);
+        }
+        __syncthreads();
+    }
 
     // Conv + SiLU and the window update, as causal_conv1d_silu for one row.
     for (int c = tid; c < CH; c += nt) {
@@ -139,9 +243,21 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     }
     for (int t = tid; t < hpg; t += nt) {
         int h = fd_head(kh, t, hk, hpg, tiled);
-        float g = a_neg[h] * fd_softplus(asrc[(size_t)r0 * a_stride + h] + dt_bias[h]);
+        float bv, av;
+        if (wfmt) {
+            bv = 0.f;
+            av = 0.f;
+            for (int w = 0; w < nwarps; w++) {
+                bv += pba[w * 2 * hpg + t];
+                av += pba[w * 2 * hpg + hpg + t];
+            }
+        } else {
+            bv = bsrc[(size_t)r0 * b_stride + h];
+            av = asrc[(size_t)r0 * a_stride + h];
+        }
+        float g = a_neg[h] * fd_softplus(av + dt_bias[h]);
         gate[2 * t] = expf(g);
-        gate[2 * t + 1] = fd_sigmoid(bsrc[(size_t)r0 * b_stride + h]);
+        gate[2 * t + 1] = fd_sigmoid(bv);
     }
     __syncthreads();
     // q (warp 0) and k (warp 1, or warp 0 again when the block is one warp), L2-normalised.

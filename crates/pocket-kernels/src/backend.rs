@@ -285,6 +285,20 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// Whether [`Backend::gated_deltanet_decode`] computes the in_ba projection itself for
+    /// these (bias-free) `b` and `a` weights ([`crate::recurrent::BaInputs::Weights`]; a layer
+    /// then skips that GEMV). Default false: the layer projects and passes the columns.
+    fn fused_deltanet_decode_ba(
+        &self,
+        params: &DeltaRuleParams,
+        kernel: usize,
+        b: &Weight,
+        a: &Weight,
+    ) -> bool {
+        let _ = (params, kernel, b, a);
+        false
+    }
+
     // ---- fused projections ----------------------------------------------------------------
 
     /// Splits each row of `x` (`[n, w_0 + w_1 + ...]`) into consecutive column ranges, one per

@@ -307,6 +307,39 @@ pub struct ColumnRange<'a> {
     pub col: usize,
 }
 
+/// Rows `row..row + v_heads` of a projection weight `[rows, hidden]`: one part of a stacked
+/// `[b | a]` weight (`row` 0 and the whole weight for a separate one).
+#[derive(Clone, Copy)]
+pub struct WeightRows<'a> {
+    /// The weight holding the rows.
+    pub weight: &'a crate::Weight,
+    /// First row.
+    pub row: usize,
+}
+
+/// Where the decode step takes the gate inputs `b` and `a` from.
+#[derive(Clone, Copy)]
+pub enum BaInputs<'a> {
+    /// The in_ba projection's outputs, `v_heads` columns each.
+    Projected {
+        /// The write strength `b` (beta = sigmoid(b)).
+        b: ColumnRange<'a>,
+        /// The decay input `a`.
+        a: ColumnRange<'a>,
+    },
+    /// The projection itself, computed by the op: `b = x W_bᵀ`, `a = x W_aᵀ` (no bias). A
+    /// backend takes this form where [`crate::Backend::fused_deltanet_decode_ba`] says so; the
+    /// default composition takes any weight `matmul` takes.
+    Weights {
+        /// `[n, hidden]` f32 layer input (the in-projections' input).
+        x: &'a Tensor,
+        /// The `b` rows.
+        b: WeightRows<'a>,
+        /// The `a` rows.
+        a: WeightRows<'a>,
+    },
+}
+
 /// Inputs of [`crate::Backend::gated_deltanet_decode`]: the projections' outputs of one decode
 /// step (one row per sequence) and the layer's weights.
 pub struct DeltaNetDecodeInputs<'a> {
@@ -314,10 +347,8 @@ pub struct DeltaNetDecodeInputs<'a> {
     pub qkv: ColumnRange<'a>,
     /// The output gate `z`, `v_heads * v_dim` columns.
     pub z: ColumnRange<'a>,
-    /// The write strength `b` (beta = sigmoid(b)), `v_heads` columns.
-    pub b: ColumnRange<'a>,
-    /// The decay input `a`, `v_heads` columns.
-    pub a: ColumnRange<'a>,
+    /// The gate inputs `b` and `a`: projected, or the in_ba weights and the layer input.
+    pub ba: BaInputs<'a>,
     /// `[qkv_width, kernel]` f32 depthwise conv taps.
     pub conv_weight: &'a Tensor,
     /// `[v_heads]` f32 `-exp(A_log)`.
@@ -351,12 +382,32 @@ pub(crate) fn check_decode_inputs(
     }
     let vw = p.v_heads * p.v_dim;
     let n = inp.qkv.tensor.rows();
-    for (name, r, width) in [
-        ("qkv", inp.qkv, p.qkv_width()),
-        ("z", inp.z, vw),
-        ("b", inp.b, p.v_heads),
-        ("a", inp.a, p.v_heads),
-    ] {
+    let mut ranges = vec![("qkv", inp.qkv, p.qkv_width()), ("z", inp.z, vw)];
+    match inp.ba {
+        BaInputs::Projected { b, a } => {
+            ranges.extend([("b", b, p.v_heads), ("a", a, p.v_heads)]);
+        }
+        BaInputs::Weights { x, b, a } => {
+            for (name, r) in [("b", b), ("a", a)] {
+                let w = r.weight;
+                if r.row + p.v_heads > w.rows || w.cols != x.row_len() || x.rows() != n {
+                    return Err(shape_err(
+                        op,
+                        format!(
+                            "`{name}` rows {}..{} of a [{}, {}] weight for x {:?} (the batch has \
+                             {n} rows)",
+                            r.row,
+                            r.row + p.v_heads,
+                            w.rows,
+                            w.cols,
+                            x.shape
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (name, r, width) in ranges {
         if r.tensor.rows() != n || r.col + width > r.tensor.row_len() {
             return Err(shape_err(
                 op,
@@ -405,12 +456,26 @@ pub fn deltanet_decode_composed<B: crate::Backend + ?Sized>(
     let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
     let qkv = columns(be, inp.qkv, w)?;
     let z = columns(be, inp.z, vw)?;
-    let b = columns(be, inp.b, h)?;
-    let a = columns(be, inp.a, h)?;
+    // The projection form: each weight's whole product, then the rows' columns of it.
+    let product = |r: WeightRows<'_>, x: &Tensor| -> Result<Tensor> {
+        let mut t = be.alloc(crate::DType::F32, &[n, r.weight.rows])?;
+        be.matmul(x, r.weight, &mut t)?;
+        Ok(t)
+    };
+    let owned;
+    let (b, a) = match inp.ba {
+        BaInputs::Projected { b, a } => (b, a),
+        BaInputs::Weights { x, b, a } => {
+            owned = [product(b, x)?, product(a, x)?];
+            let r = |tensor, col| ColumnRange { tensor, col };
+            (r(&owned[0], b.row), r(&owned[1], a.row))
+        }
+    };
+    let (bt, at) = (columns(be, b, h)?, columns(be, a, h)?);
     let qkv = qkv.as_ref().unwrap_or(inp.qkv.tensor);
     let z = z.as_ref().unwrap_or(inp.z.tensor);
-    let b = b.as_ref().unwrap_or(inp.b.tensor);
-    let a = a.as_ref().unwrap_or(inp.a.tensor);
+    let b = bt.as_ref().unwrap_or(b.tensor);
+    let a = at.as_ref().unwrap_or(a.tensor);
     let mut conv = be.alloc(crate::DType::F32, &[n, w])?;
     be.causal_conv1d_silu(qkv, inp.conv_weight, conv_state, meta, &mut conv)?;
     let mut g = be.alloc(crate::DType::F32, &[n, h])?;

@@ -6,11 +6,17 @@
 //! sequence: beyond the 50 MB L2, as in a real step), timed with `bench::time_ms`; per-layer times
 //! are the graph's over 48. Ignored by default; the device run script runs it with `--ignored`.
 //! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer).
+//! Second part: the in_ba projection (BF16 `[96, 5120]` per layer) as its own GEMV before the
+//! fused kernel against inside it (`BaInputs::Weights`); look for the in-kernel variant saving
+//! most of the GEMV's ~3.2 us per layer.
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::CudaBackend;
-use pocket_kernels::recurrent::{ColumnRange, DeltaNetDecodeInputs};
-use pocket_kernels::{Backend, DType, DeltaRuleParams, HeadGrouping, RecurrentMeta, Tensor};
+use pocket_kernels::recurrent::{BaInputs, ColumnRange, DeltaNetDecodeInputs, WeightRows};
+use pocket_kernels::{
+    Backend, DType, DeltaRuleParams, HeadGrouping, HostBytes, RecurrentMeta, Tensor, Weight,
+};
+use pocket_quant::{GgmlType, QuantFormat};
 
 #[path = "cuda_common/bench.rs"]
 mod bench;
@@ -75,7 +81,7 @@ fn fused(
     be: &CudaBackend,
     l: &mut Layer,
     qkvz: &Tensor,
-    ba: &Tensor,
+    ba: BaInputs<'_>,
     m: &RecurrentMeta,
     p: &DeltaRuleParams,
     out: &mut Tensor,
@@ -89,11 +95,7 @@ fn fused(
             tensor: qkvz,
             col: p.qkv_width(),
         },
-        b: ColumnRange { tensor: ba, col: 0 },
-        a: ColumnRange {
-            tensor: ba,
-            col: p.v_heads,
-        },
+        ba,
         conv_weight: &l.conv_w,
         a_neg: &l.a_neg,
         dt_bias: &l.dt_bias,
@@ -103,6 +105,14 @@ fn fused(
     };
     be.gated_deltanet_decode(&inputs, &mut l.conv_state, &mut l.state, m, out)
         .unwrap();
+}
+
+/// The `[b | a]` columns of a stacked projection output.
+fn projected(ba: &Tensor, h: usize) -> BaInputs<'_> {
+    BaInputs::Projected {
+        b: ColumnRange { tensor: ba, col: 0 },
+        a: ColumnRange { tensor: ba, col: h },
+    }
 }
 
 #[test]
@@ -176,7 +186,7 @@ fn bench_deltanet_decode_fused_27b() {
         // One eager pass of each first (the graph then only replays launches).
         for l in layers.iter_mut() {
             unfused(&be, l, &qkvz, &ba, &m, &p, &mut s, &mut out);
-            fused(&be, l, &qkvz, &ba, &m, &p, &mut out);
+            fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
         }
         let g_unfused = capture(&be, || {
             for l in layers.iter_mut() {
@@ -185,7 +195,7 @@ fn bench_deltanet_decode_fused_27b() {
         });
         let g_fused = capture(&be, || {
             for l in layers.iter_mut() {
-                fused(&be, l, &qkvz, &ba, &m, &p, &mut out);
+                fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
             }
         });
         // Alternate the two over three rounds and keep the best of each (shared machine noise).
@@ -202,6 +212,64 @@ fn bench_deltanet_decode_fused_27b() {
             per(t_f),
             t_u / t_f,
             state_bytes / (per(t_f) * 1e3)
+        ));
+        println!("{}", lines.last().unwrap());
+
+        // The in_ba projection: a BF16 weight per layer, its GEMV + the fused kernel reading
+        // its output, against the fused kernel computing it.
+        let hidden = 5120;
+        let weights: Vec<Weight> = (0..LAYERS)
+            .map(|i| {
+                let bytes: Vec<u8> = ramp(2 * h * hidden, 0.08, i)
+                    .iter()
+                    .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                    .collect();
+                be.upload_weight(
+                    QuantFormat::Ggml(GgmlType::BF16),
+                    2 * h,
+                    hidden,
+                    HostBytes::from_vec(bytes),
+                    None,
+                    None,
+                )
+                .unwrap()
+            })
+            .collect();
+        let x = be
+            .upload_f32(&ramp(seqs * hidden, 1.0, 5), &[seqs, hidden])
+            .unwrap();
+        let mut ba_out = alloc(2 * h);
+        let in_kernel = |w| BaInputs::Weights {
+            x: &x,
+            b: WeightRows { weight: w, row: 0 },
+            a: WeightRows { weight: w, row: h },
+        };
+        for (l, w) in layers.iter_mut().zip(&weights) {
+            be.matmul(&x, w, &mut ba_out).unwrap();
+            fused(&be, l, &qkvz, projected(&ba_out, h), &m, &p, &mut out);
+            fused(&be, l, &qkvz, in_kernel(w), &m, &p, &mut out);
+        }
+        let g_gemv = capture(&be, || {
+            for (l, w) in layers.iter_mut().zip(&weights) {
+                be.matmul(&x, w, &mut ba_out).unwrap();
+                fused(&be, l, &qkvz, projected(&ba_out, h), &m, &p, &mut out);
+            }
+        });
+        let g_in = capture(&be, || {
+            for (l, w) in layers.iter_mut().zip(&weights) {
+                fused(&be, l, &qkvz, in_kernel(w), &m, &p, &mut out);
+            }
+        });
+        let (mut t_g, mut t_i) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            t_g = t_g.min(time_ms(&be, 3, 30, |_| g_gemv.replay().unwrap()));
+            t_i = t_i.min(time_ms(&be, 3, 30, |_| g_in.replay().unwrap()));
+        }
+        lines.push(format!(
+            "deltanet decode 27B {seqs} seq per layer: in_ba BF16 GEMV + fused {:6.2} us  in_ba in the fused kernel {:6.2} us  ({:.2}x)",
+            per(t_g),
+            per(t_i),
+            t_g / t_i
         ));
         println!("{}", lines.last().unwrap());
     }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "40131291b6397e6a4abe3caf712a7fcac9f91aa2202832a1eca78c9195f49cdd";
+    "bfc8ea09e1c18d22cc71118080223c891951df736baba5c622e37c7a005ceda2";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

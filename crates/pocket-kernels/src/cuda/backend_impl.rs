@@ -438,6 +438,16 @@ impl Backend for CudaBackend {
         recurrent::fused_supported(params, kernel)
     }
 
+    fn fused_deltanet_decode_ba(
+        &self,
+        params: &crate::DeltaRuleParams,
+        kernel: usize,
+        b: &crate::Weight,
+        a: &crate::Weight,
+    ) -> bool {
+        recurrent::fused_ba_supported(self, params, kernel, b, a)
+    }
+
     fn split_columns(&self, x: &Tensor, outs: &mut [&mut Tensor]) -> Result<()> {
         self.invalidate_q8();
         split::split_columns(self, x, outs)

@@ -14,7 +14,7 @@ use crate::{DType, KernelError, Result, Tensor};
 mod chunked;
 mod decode;
 use chunked::{delta_rule_chunked, prefill_form, PrefillForm};
-pub(crate) use decode::{fused_supported, gated_deltanet_decode};
+pub(crate) use decode::{fused_ba_supported, fused_supported, gated_deltanet_decode};
 
 /// Threads per block of the elementwise kernels.
 const TPB: u32 = 256;

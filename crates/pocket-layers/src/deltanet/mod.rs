@@ -5,7 +5,7 @@
 //! The `[q | k | v]` and `z` projections, and the `b` and `a` ones, may each be one stacked
 //! weight whose output row is split in two (`split_columns`), as attention's Q/K/V are.
 
-use pocket_kernels::recurrent::{ColumnRange, DeltaNetDecodeInputs};
+use pocket_kernels::recurrent::{BaInputs, ColumnRange, DeltaNetDecodeInputs, WeightRows};
 use pocket_kernels::{DeltaRuleParams, Device, RecurrentMeta, Tensor};
 
 use crate::scratch::{fit, view, workspace};
@@ -79,6 +79,24 @@ impl ProjPair {
                 let both: &'t Tensor = both;
                 Ok((whole(both, 0), whole(both, first_width)))
             }
+        }
+    }
+
+    /// The two parts' weights as row ranges (`first_rows`: the first part's rows of a stacked
+    /// weight), when neither has a bias (an op computing the projection adds none).
+    fn weight_rows(&self, first_rows: usize) -> Option<(WeightRows<'_>, WeightRows<'_>)> {
+        fn rows(l: &Linear, row: usize) -> Option<WeightRows<'_>> {
+            l.bias.is_none().then_some(WeightRows {
+                weight: &l.weight,
+                row,
+            })
+        }
+        match self {
+            ProjPair::Separate {
+                first: a,
+                second: b,
+            } => Some((rows(a, 0)?, rows(b, 0)?)),
+            ProjPair::Fused(w) => Some((rows(w, 0)?, rows(w, first_rows)?)),
         }
     }
 
@@ -313,7 +331,10 @@ impl GatedDeltaNet {
     }
 
     /// The decode form through [`pocket_kernels::Backend::gated_deltanet_decode`]: the two
-    /// projections, one op reading their outputs in place, the out projection.
+    /// projections, one op reading their outputs in place, the out projection. Where the backend
+    /// computes the in_ba projection inside the op
+    /// ([`pocket_kernels::Backend::fused_deltanet_decode_ba`]: CUDA with BF16/F16 weights, unless
+    /// `POCKET_DELTANET_BA_FUSED=0`), the op gets its weights and `x` instead of its output.
     fn forward_decode_fused(
         &self,
         dev: &Device,
@@ -331,19 +352,31 @@ impl GatedDeltaNet {
             fit(dev, &mut s.qkv, n)?;
             fit(dev, &mut s.z, n)?;
         }
-        if self.in_ba.is_fused() {
-            fit(dev, &mut s.ba, n)?;
-        } else {
-            fit(dev, &mut s.b, n)?;
-            fit(dev, &mut s.a, n)?;
+        let in_ba = self
+            .in_ba
+            .weight_rows(p.v_heads)
+            .filter(|(b, a)| dev.fused_deltanet_decode_ba(p, self.kernel(), b.weight, a.weight));
+        if in_ba.is_none() {
+            if self.in_ba.is_fused() {
+                fit(dev, &mut s.ba, n)?;
+            } else {
+                fit(dev, &mut s.b, n)?;
+                fit(dev, &mut s.a, n)?;
+            }
         }
         fit(dev, &mut s.normed, n)?;
         let (qkv, z) =
             self.in_qkvz
                 .project(dev, x, &mut s.qkvz, &mut s.qkv, &mut s.z, p.qkv_width())?;
-        let (b, a) = self
-            .in_ba
-            .project(dev, x, &mut s.ba, &mut s.b, &mut s.a, p.v_heads)?;
+        let ba = match in_ba {
+            Some((b, a)) => BaInputs::Weights { x, b, a },
+            None => {
+                let (b, a) =
+                    self.in_ba
+                        .project(dev, x, &mut s.ba, &mut s.b, &mut s.a, p.v_heads)?;
+                BaInputs::Projected { b, a }
+            }
+        };
         let layer = states.layer_mut(self.state_layer)?;
         let [conv_state, ssm_state] = layer else {
             return Err(LayerError::Config(format!(
@@ -355,8 +388,7 @@ impl GatedDeltaNet {
         let inputs = DeltaNetDecodeInputs {
             qkv,
             z,
-            b,
-            a,
+            ba,
             conv_weight: &self.conv_weight,
             a_neg: &self.a_neg,
             dt_bias: &self.dt_bias,

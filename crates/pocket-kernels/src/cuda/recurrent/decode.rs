@@ -1,21 +1,28 @@
 //! The fused decode step of a Gated DeltaNet layer (`kernels/deltanet_decode.cu`): one launch in
 //! place of the two column splits, the conv, the gates, the recurrent delta rule and the gated
 //! RMSNorm. `POCKET_DELTANET_FUSED=0` keeps the unfused ops (the layer asks
-//! [`fused_supported`] before choosing).
+//! [`fused_supported`] before choosing). With 16-bit `[b | a]` weights the kernel also computes
+//! the in_ba projection of its heads (`BaInputs::Weights`, one GEMV launch fewer per layer);
+//! `POCKET_DELTANET_BA_FUSED=0` keeps that GEMV separate (the layer asks [`fused_ba_supported`]).
 
+use super::super::kernels::DevFormat;
 use super::super::kernels::Kernel;
 use super::super::switch::EnvSwitch;
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs, CONV_MAX_K};
 use crate::error::shape_err;
 use crate::recurrent::{
-    check_decode_inputs, conv_state_slots, seq_spans, DeltaNetDecodeInputs, DeltaRuleParams,
-    HeadGrouping, RecurrentMeta,
+    check_decode_inputs, conv_state_slots, seq_spans, BaInputs, DeltaNetDecodeInputs,
+    DeltaRuleParams, HeadGrouping, RecurrentMeta, WeightRows,
 };
-use crate::{DType, KernelError, Result, Tensor};
+use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 
 /// `POCKET_DELTANET_FUSED=0` turns the fused decode step off (A/B against the six launches).
 static FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_FUSED");
+/// `POCKET_DELTANET_BA_FUSED=0` keeps the in_ba projection a separate GEMV (A/B).
+static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED");
+/// Shortest in_ba row the kernel takes: 32 chunks of 8, so a warp's chunks span at most two rows.
+const BA_MIN_HIDDEN: usize = 256;
 
 /// State rows each thread holds (`FD_RPT` in deltanet_decode.cu).
 const RPT: usize = 8;
@@ -64,7 +71,8 @@ fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry,
         + 2 * p.k_dim
         + ch * kernel
         + ch
-        + hpg * p.v_dim;
+        + hpg * p.v_dim
+        + threads / 32 * 2 * hpg;
     let smem = floats * 4;
     if smem > MAX_SMEM {
         return Err(format!("{smem} bytes of shared memory"));
@@ -79,6 +87,49 @@ fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry,
 /// Whether the fused step is on (`POCKET_DELTANET_FUSED`) and takes these params.
 pub(crate) fn fused_supported(p: &DeltaRuleParams, kernel: usize) -> bool {
     FUSED.on() && geometry(p, kernel).is_ok()
+}
+
+/// The kernel's `wfmt` code of an in_ba weight it can read in place (1 F16, 2 BF16: row-major
+/// 16-bit floats on this device, rows of a multiple of 8 and at least [`BA_MIN_HIDDEN`]), or why not.
+fn ba_format(be: &CudaBackend, w: &Weight) -> std::result::Result<i32, String> {
+    let code = match DevFormat::of(w.format) {
+        Some(DevFormat::F16) => 1,
+        Some(DevFormat::BF16) => 2,
+        _ => return Err(format!("in_ba weight format {}", w.format)),
+    };
+    match &w.storage {
+        WeightStorage::Cuda(c)
+            if c.ordinal() == be.ctx.ordinal()
+                && c.layout() == super::super::WeightLayout::Ggml => {}
+        _ => return Err("in_ba weight not on this device as row-major floats".into()),
+    }
+    if w.cols < BA_MIN_HIDDEN || !w.cols.is_multiple_of(8) || w.cols > i32::MAX as usize / 2 {
+        return Err(format!("in_ba rows of {} columns", w.cols));
+    }
+    Ok(code)
+}
+
+/// Whether the fused step is on, takes these params and computes the projection of these
+/// in_ba weights itself (`POCKET_DELTANET_BA_FUSED`, both weights 16-bit of one format).
+pub(crate) fn fused_ba_supported(
+    be: &CudaBackend,
+    p: &DeltaRuleParams,
+    kernel: usize,
+    b: &Weight,
+    a: &Weight,
+) -> bool {
+    BA_FUSED.on()
+        && fused_supported(p, kernel)
+        && b.cols == a.cols
+        && matches!((ba_format(be, b), ba_format(be, a)), (Ok(fb), Ok(fa)) if fb == fa)
+}
+
+/// Device address of the first of `r`'s rows.
+fn weight_rows(be: &CudaBackend, r: WeightRows<'_>) -> std::result::Result<u64, String> {
+    match &r.weight.storage {
+        WeightStorage::Cuda(c) => Ok(c.storage.ptr() + (r.row * r.weight.cols * 2) as u64),
+        WeightStorage::Host { .. } => Err(format!("in_ba weight on the host, not {}", be.name)),
+    }
 }
 
 /// Device address of `r`'s first column and its row stride in floats.
@@ -146,8 +197,34 @@ pub(crate) fn gated_deltanet_decode(
     }
     let (qkvp, qkv_stride) = source(be, OP, "qkv", inp.qkv)?;
     let (zp, z_stride) = source(be, OP, "z", inp.z)?;
-    let (bp, b_stride) = source(be, OP, "b", inp.b)?;
-    let (ap, a_stride) = source(be, OP, "a", inp.a)?;
+    let unsupported = |what: String| KernelError::Unsupported {
+        op: OP,
+        device: be.name.clone(),
+        what,
+    };
+    // The projected columns, or the in_ba weights, x and the weight format (then `b`/`a` unused).
+    let (bp, b_stride, ap, a_stride, wbp, wap, xp, x_stride, hidden, wfmt) = match inp.ba {
+        BaInputs::Projected { b, a } => {
+            let (bp, bs) = source(be, OP, "b", b)?;
+            let (ap, as_) = source(be, OP, "a", a)?;
+            (bp, bs, ap, as_, 0, 0, 0, 0, 0, 0)
+        }
+        BaInputs::Weights { x, b, a } => {
+            let fb = ba_format(be, b.weight).map_err(unsupported)?;
+            let fa = ba_format(be, a.weight).map_err(unsupported)?;
+            if fb != fa {
+                return Err(unsupported("in_ba weights of two formats".into()));
+            }
+            let xp = be.ptr_of(OP, "x", x, DType::F32)?;
+            if xp % 16 != 0 {
+                return Err(shape_err(OP, "x is not 16-byte aligned"));
+            }
+            let wbp = weight_rows(be, b).map_err(unsupported)?;
+            let wap = weight_rows(be, a).map_err(unsupported)?;
+            let cols = x.row_len() as i32;
+            (0, 0, 0, 0, wbp, wap, xp, cols, cols, fb)
+        }
+    };
     let cwp = be.ptr_of(OP, "conv_weight", inp.conv_weight, DType::F32)?;
     let anp = be.ptr_of(OP, "a_neg", inp.a_neg, DType::F32)?;
     let dtp = be.ptr_of(OP, "dt_bias", inp.dt_bias, DType::F32)?;
@@ -195,7 +272,13 @@ pub(crate) fn gated_deltanet_decode(
             geo.row_groups as i32,
             p.l2_eps,
             p.scale,
-            inp.norm_eps
+            inp.norm_eps,
+            wbp,
+            wap,
+            xp,
+            x_stride,
+            hidden,
+            wfmt
         ],
     )
 }
