@@ -335,7 +335,9 @@ FOR_EACH_Q8(DEF_GEMV_Q8R1)
 // gemv_q8r{,1}_<fmt>_{silu,norm}: gemv_q8r_* and gemv_q8r1_* with a tail (gemv_tail.cuh) for the
 // dense decode step: `_silu` after the stacked gate|up projection (SwiGLU + the down GEMV's
 // int8 activation), `_norm` after the o and down projections (residual add + RMSNorm + the next
-// GEMV's int8 activation). The same launch shapes as the plain kernels; `counters` zeroed.
+// GEMV's int8 activation). The same launch shapes as the plain kernels; `counters` zeroed. The
+// r1 tails are held to 64 registers (8 blocks per SM, as the plain r1 kernels reach with 32-56):
+// the non-inlined norm tail would otherwise set the kernel's count to its own 80.
 #define TAIL_SILU_PARAMS                                                                       \
     float *act, int8_t *oq, float *od, float *os, int8_t *oqk, float *odk, float *osk,         \
         unsigned *counters
@@ -360,13 +362,13 @@ FOR_EACH_Q8(DEF_GEMV_Q8R1)
         gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, TAIL_NORM>(w, xq, xd, xs, out, rows,     \
                                                                  cols, t);                     \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS) gemv_q8r1_##name##_silu(      \
+    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, 8) gemv_q8r1_##name##_silu(   \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols, TAIL_SILU_PARAMS) {                                                \
         TailArgs t{act, nullptr, nullptr, nullptr, 0.f, oq, od, os, oqk, odk, osk, counters};  \
         gemv_q8r<D, GEMVR_THREADS, 1, 2, TAIL_SILU>(w, xq, xd, xs, out, rows, cols, t);        \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS) gemv_q8r1_##name##_norm(      \
+    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, 8) gemv_q8r1_##name##_norm(   \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols, TAIL_NORM_PARAMS) {                                                \
         TailArgs t{nullptr, residual, norm_w, normed, eps, oq, od, os, oqk, odk, osk,          \

@@ -113,8 +113,10 @@ DEVI void tail_quant_chunk(const float* o, int c, int nb32, bool want_k, const T
 
 // TAIL_SILU for the block owning rows r0 .. r0 + R - 1 of out [2 * inter]. inter % 32 == 0 and
 // R divides 256, so a block's rows lie in one group of one half.
+// Not inlined (like tail_norm): the tail's registers are allocated apart from the GEMV loop's,
+// so its arrays cannot push the loop (64 registers in the 8-blocks-per-SM kernels) into spills.
 template <int R>
-DEVI void tail_silu(const TailArgs& t, const float* out, int rows, int r0) {
+__device__ __noinline__ void tail_silu(const TailArgs& t, const float* out, int rows, int r0) {
     int inter = rows / 2;
     int g = (r0 < inter ? r0 : r0 - inter) / TAIL_GROUP;
     int gsize = min(TAIL_GROUP, inter - g * TAIL_GROUP);
@@ -136,56 +138,107 @@ DEVI void tail_silu(const TailArgs& t, const float* out, int rows, int r0) {
     }
 }
 
+// Pass 1 for two virtual warps at once (vw2 < 0: only vw): lane's sums of squares over chunks
+// vw + k * nwf (k < TAIL_NORM_CH, < nch) with residual += out stored back, each the one-pass
+// kernel's per-lane loop for that warp. Both warps' loads are issued before any store (a store
+// to the residual would otherwise keep the second warp's loads behind it).
+DEVI void tail_norm_add2(const TailArgs& t, const float* out, int vw, int vw2, int nwf, int nch,
+                         int nb32, float& ss, float& ss2) {
+    ss = 0.f;
+    ss2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < TAIL_NORM_CH; k++) {
+        int c = vw + k * nwf, c2 = vw2 + k * nwf;
+        if (c >= nch) break;  // warp-uniform; c2 > c
+        bool two = vw2 >= 0 && c2 < nch;
+        float v[8], dv[8], v2[8], dv2[8];
+        tail_load8(t.residual, c, nb32, v);
+        tail_load8_cg(out, c, nb32, dv);
+        if (two) {
+            tail_load8(t.residual, c2, nb32, v2);
+            tail_load8_cg(out, c2, nb32, dv2);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            v[i] = v[i] + dv[i];
+            ss += v[i] * v[i];
+        }
+        tail_store8(t.residual, c, nb32, v);
+        if (two) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                v2[i] = v2[i] + dv2[i];
+                ss2 += v2[i] * v2[i];
+            }
+            tail_store8(t.residual, c2, nb32, v2);
+        }
+    }
+}
+
+// Pass 2 for two virtual warps at once: normed = residual * inv * norm_w over their chunks,
+// stored and quantized, both warps' loads issued first.
+DEVI void tail_norm_out2(const TailArgs& t, int vw, int vw2, int nwf, int nch, int nb32,
+                         float inv, bool want_k) {
+#pragma unroll
+    for (int k = 0; k < TAIL_NORM_CH; k++) {
+        int c = vw + k * nwf, c2 = vw2 + k * nwf;
+        if (c >= nch) break;
+        bool two = vw2 >= 0 && c2 < nch;
+        // This thread stored these residual values in pass 1: its own writes, read back.
+        float v[8], wv[8], v2[8], wv2[8], o[8];
+        tail_load8(t.residual, c, nb32, v);
+        tail_load8(t.norm_w, c, nb32, wv);
+        if (two) {
+            tail_load8(t.residual, c2, nb32, v2);
+            tail_load8(t.norm_w, c2, nb32, wv2);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[i] = v[i] * inv * wv[i];
+        tail_store8(t.normed, c, nb32, o);
+        tail_quant_chunk(o, c, nb32, want_k, t);
+        if (two) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[i] = v2[i] * inv * wv2[i];
+            tail_store8(t.normed, c2, nb32, o);
+            tail_quant_chunk(o, c2, nb32, want_k, t);
+        }
+    }
+}
+
 // TAIL_NORM: add_rms_norm_q8's one-pass body over the whole row of d = rows outputs, run by the
 // last block of the grid (blockDim.x = NT threads, a multiple of 32). d % 32 == 0 and
 // ceil(d / 256) <= 32 * TAIL_NORM_CH (the host checks). The one-pass kernel has nwf =
 // min(32, nch) warps, warp w holding chunks w + k * nwf (k < TAIL_NORM_CH); here real warp w
 // plays its "virtual" warps w, w + NT / 32, ..., each reduced as that warp would be, so the
-// sum of squares (and every output bit) matches the kernel's.
+// sum of squares (and every output bit) matches the kernel's. The tail is on the step's
+// critical path and bound by L2 round trips, not bandwidth: two virtual warps are processed
+// per round (their loads in flight together; each pass of a 4096 row is 2 rounds, not 4), and
+// the norm weight is prefetched to L2 while pass 1 runs.
 template <int NT>
-DEVI void tail_norm(const TailArgs& t, const float* out, int d) {
+__device__ __noinline__ void tail_norm(const TailArgs& t, const float* out, int d) {
     __shared__ float part[32];
     if (!tail_arrive(t.counters, gridDim.x)) return;
     constexpr int NW = NT / 32;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nb32 = d / 32, nch = (d + 255) / 256, nwf = min(32, nch);
-    for (int vw = warp; vw < nwf; vw += NW) {
-        float ss = 0.f;
-#pragma unroll
-        for (int k = 0; k < TAIL_NORM_CH; k++) {
-            int c = vw + k * nwf;
-            if (c >= nch) break;
-            float v[8], dv[8];
-            tail_load8(t.residual, c, nb32, v);
-            tail_load8_cg(out, c, nb32, dv);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                v[i] = v[i] + dv[i];
-                ss += v[i] * v[i];
-            }
-            tail_store8(t.residual, c, nb32, v);
-        }
+    for (int l = threadIdx.x; l * 32 < d; l += NT)  // 128-byte lines of the norm weight
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(t.norm_w + 32 * l));
+    for (int vw = warp; vw < nwf; vw += 2 * NW) {
+        int vw2 = vw + NW < nwf ? vw + NW : -1;  // warp-uniform
+        float ss, ss2;
+        tail_norm_add2(t, out, vw, vw2, nwf, nch, nb32, ss, ss2);
         ss = warp_sum(ss);
         if (lane == 0) part[vw] = ss;
+        if (vw2 >= 0) {
+            ss2 = warp_sum(ss2);
+            if (lane == 0) part[vw2] = ss2;
+        }
     }
     __syncthreads();
     float ss = warp_sum(lane < nwf ? part[lane] : 0.f);
     float inv = __fdiv_rn(1.f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)d), t.eps)));
     bool want_k = d % 256 == 0;
-    for (int vw = warp; vw < nwf; vw += NW) {
-#pragma unroll
-        for (int k = 0; k < TAIL_NORM_CH; k++) {
-            int c = vw + k * nwf;
-            if (c >= nch) break;
-            // This thread stored these residual values above: its own writes, read back.
-            float v[8], wv[8], o[8];
-            tail_load8(t.residual, c, nb32, v);
-            tail_load8(t.norm_w, c, nb32, wv);
-#pragma unroll
-            for (int i = 0; i < 8; i++) o[i] = v[i] * inv * wv[i];
-            tail_store8(t.normed, c, nb32, o);
-            tail_quant_chunk(o, c, nb32, want_k, t);
-        }
-    }
+    for (int vw = warp; vw < nwf; vw += 2 * NW)
+        tail_norm_out2(t, vw, vw + NW < nwf ? vw + NW : -1, nwf, nch, nb32, inv, want_k);
     if (threadIdx.x == 0) t.counters[0] = 0u;
 }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "bfc8ea09e1c18d22cc71118080223c891951df736baba5c622e37c7a005ceda2";
+    "cb8d3e8506db4aacea37505808141088a9bfee2e996c19675dfbfc7885c529dc";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
