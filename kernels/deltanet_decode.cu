@@ -30,8 +30,9 @@
 // the first FD_BA_U per thread are loaded before pdl_wait (weights), the dot with the f32 row x
 // (the layer input, not rounded, as gemv_h) follows once it may be read. Each chunk is one
 // 8-term fmaf chain as in gemv_h, its partials summed per warp and row by shuffles (a warp's 32
-// consecutive chunks span at most two rows since hidden >= 256), added by lane 0 per pass in
-// order, and the nwarps partials summed in warp order: deterministic, f32 throughout.
+// consecutive chunks span at most two rows when hidden >= 256, more in small test models), added
+// by lane 0 per pass in order, and the nwarps partials summed in warp order: deterministic, f32
+// throughout.
 #include "common.cuh"
 
 DEVI float fd_silu(float x) { return x / (1.f + expf(-x)); }
@@ -120,12 +121,13 @@ DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, flo
             d = fmaf(fd_h(v.w, false, bf), xb.z, d);
             d = fmaf(fd_h(v.w, true, bf), xb.w, d);
         }
+        // The lanes' rows are consecutive and non-decreasing: one warp sum per row they touch
+        // (at most two when hidden >= 256).
         int first = __shfl_sync(0xffffffffu, lr, 0);
-        float s0 = warp_sum(lr == first ? d : 0.f);
-        float s1 = warp_sum(lr == first ? 0.f : d);
-        if (lane == 0) {
-            if (first < 2 * hpg) pba[warp * 2 * hpg + first] += s0;
-            if (first + 1 < 2 * hpg) pba[warp * 2 * hpg + first + 1] += s1;
+        int last = min(__shfl_sync(0xffffffffu, lr, 31), 2 * hpg - 1);
+        for (int r = first; r <= last; r++) {
+            float sr = warp_sum(lr == r ? d : 0.f);
+            if (lane == 0) pba[warp * 2 * hpg + r] += sr;
         }
     }
 }

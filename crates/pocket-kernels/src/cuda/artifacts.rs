@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "cb8d3e8506db4aacea37505808141088a9bfee2e996c19675dfbfc7885c529dc";
+    "9016a74da0943a5d30700cf2a833d8d999eb820ec0fbeaae0a7be1183c255d0e";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -371,9 +371,9 @@ impl GatedDeltaNet {
         let ba = match in_ba {
             Some((b, a)) => BaInputs::Weights { x, b, a },
             None => {
-                let (b, a) =
-                    self.in_ba
-                        .project(dev, x, &mut s.ba, &mut s.b, &mut s.a, p.v_heads)?;
+                let (b, a) = self
+                    .in_ba
+                    .project(dev, x, &mut s.ba, &mut s.b, &mut s.a, p.v_heads)?;
                 BaInputs::Projected { b, a }
             }
         };

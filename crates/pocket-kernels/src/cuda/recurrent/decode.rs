@@ -21,8 +21,6 @@ use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 static FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_FUSED");
 /// `POCKET_DELTANET_BA_FUSED=0` keeps the in_ba projection a separate GEMV (A/B).
 static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED");
-/// Shortest in_ba row the kernel takes: 32 chunks of 8, so a warp's chunks span at most two rows.
-const BA_MIN_HIDDEN: usize = 256;
 
 /// State rows each thread holds (`FD_RPT` in deltanet_decode.cu).
 const RPT: usize = 8;
@@ -90,7 +88,7 @@ pub(crate) fn fused_supported(p: &DeltaRuleParams, kernel: usize) -> bool {
 }
 
 /// The kernel's `wfmt` code of an in_ba weight it can read in place (1 F16, 2 BF16: row-major
-/// 16-bit floats on this device, rows of a multiple of 8 and at least [`BA_MIN_HIDDEN`]), or why not.
+/// 16-bit floats on this device, rows of a multiple of 8 elements), or why not.
 fn ba_format(be: &CudaBackend, w: &Weight) -> std::result::Result<i32, String> {
     let code = match DevFormat::of(w.format) {
         Some(DevFormat::F16) => 1,
@@ -103,7 +101,7 @@ fn ba_format(be: &CudaBackend, w: &Weight) -> std::result::Result<i32, String> {
                 && c.layout() == super::super::WeightLayout::Ggml => {}
         _ => return Err("in_ba weight not on this device as row-major floats".into()),
     }
-    if w.cols < BA_MIN_HIDDEN || !w.cols.is_multiple_of(8) || w.cols > i32::MAX as usize / 2 {
+    if w.cols == 0 || !w.cols.is_multiple_of(8) || w.cols > i32::MAX as usize / 2 {
         return Err(format!("in_ba rows of {} columns", w.cols));
     }
     Ok(code)
