@@ -10,6 +10,7 @@ use pocket_kernels::{
 };
 
 use crate::batch::BatchTensors;
+use crate::norm::{project_then, ResidualNorm};
 use crate::scratch::{fit, view, workspace};
 use crate::{KvCache, LayerError, Linear, Result, RmsNorm};
 
@@ -155,6 +156,40 @@ impl Attention {
         s: &mut AttentionScratch,
         out: &mut Tensor,
     ) -> Result<()> {
+        self.run(dev, x, batch, rope, cache, s, out, None)
+    }
+
+    /// [`Attention::forward`], then `then.residual += out; then.normed = then.norm(residual)`:
+    /// the output projection and the norm after the block in one op where the device folds them
+    /// ([`RmsNorm::proj_add_forward`]; CUDA decode). `then.normed` is a second buffer, not `x`'s
+    /// (models ping-pong two normed buffers).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_add_norm(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        batch: &BatchTensors,
+        rope: &DeviceRope,
+        cache: &mut KvCache,
+        s: &mut AttentionScratch,
+        out: &mut Tensor,
+        then: ResidualNorm<'_>,
+    ) -> Result<()> {
+        self.run(dev, x, batch, rope, cache, s, out, Some(then))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        batch: &BatchTensors,
+        rope: &DeviceRope,
+        cache: &mut KvCache,
+        s: &mut AttentionScratch,
+        out: &mut Tensor,
+        then: Option<ResidualNorm<'_>>,
+    ) -> Result<()> {
         let p = &self.params;
         let (h, kvh, hd) = (p.num_heads, p.num_kv_heads, p.head_dim);
         let n = x.rows();
@@ -168,7 +203,7 @@ impl Attention {
         }
         let extras = self.output_gate || self.q_norm.is_some() || self.k_norm.is_some();
         if fused_qkv(dev) && (!extras || dev.fused_qkv_norm()) {
-            return self.forward_fused(dev, x, batch, rope, cache, s, out);
+            return self.forward_fused(dev, x, batch, rope, cache, s, out, then);
         }
         let q_rows = if self.output_gate { 2 * h * hd } else { h * hd };
         if let QkvProj::Fused(w) = &self.qkv {
@@ -224,7 +259,7 @@ impl Attention {
             view(gate, &[n, h * hd])?;
             dev.sigmoid_mul(&mut s.out, gate)?;
         }
-        self.o.forward(dev, &s.out, out)
+        project_then(dev, &self.o, &s.out, out, then)
     }
 
     /// [`Attention::forward`] through the one-pass attention-input op
@@ -243,6 +278,7 @@ impl Attention {
         cache: &mut KvCache,
         s: &mut AttentionScratch,
         out: &mut Tensor,
+        then: Option<ResidualNorm<'_>>,
     ) -> Result<()> {
         let p = &self.params;
         let (h, kvh, hd) = (p.num_heads, p.num_kv_heads, p.head_dim);
@@ -339,11 +375,11 @@ impl Attention {
                 )?;
             }
         }
-        self.attend(dev, &batch.meta, cache, s, out)
+        self.attend(dev, &batch.meta, cache, s, out, then)
     }
 
     /// Attention of the rotated queries in `s.q` (`[n, heads, head_dim]`) over the cache (gated
-    /// by the gate rows in the scratch for gated layers), then the output projection.
+    /// by the gate rows in the scratch for gated layers), then the output projection (and `then`).
     fn attend(
         &self,
         dev: &Device,
@@ -351,6 +387,7 @@ impl Attention {
         cache: &mut KvCache,
         s: &mut AttentionScratch,
         out: &mut Tensor,
+        then: Option<ResidualNorm<'_>>,
     ) -> Result<()> {
         let p = &self.params;
         let (h, hd) = (p.num_heads, p.head_dim);
@@ -366,7 +403,7 @@ impl Attention {
             _ => dev.attention(&s.q, kc, vc, meta, p, &mut s.out)?,
         }
         view(&mut s.out, &[n, h * hd])?;
-        self.o.forward(dev, &s.out, out)
+        project_then(dev, &self.o, &s.out, out, then)
     }
 
     /// Writes the q (or `[query | gate]`), k and v rows of `x`: three GEMVs, or the column split

@@ -4,6 +4,7 @@
 
 use pocket_kernels::{Device, Tensor};
 
+use crate::norm::{project_then, ResidualNorm};
 use crate::scratch::{fit, view, workspace};
 use crate::{LayerError, Linear, Result};
 
@@ -79,6 +80,31 @@ impl Mlp {
         s: &mut MlpScratch,
         out: &mut Tensor,
     ) -> Result<()> {
+        self.run(dev, x, s, out, None)
+    }
+
+    /// [`Mlp::forward`], then `then.residual += out; then.normed = then.norm(residual)`, the
+    /// down projection and the next norm in one op where the device folds them
+    /// ([`RmsNorm::proj_add_forward`](crate::RmsNorm::proj_add_forward); CUDA decode).
+    pub fn forward_add_norm(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        s: &mut MlpScratch,
+        out: &mut Tensor,
+        then: ResidualNorm<'_>,
+    ) -> Result<()> {
+        self.run(dev, x, s, out, Some(then))
+    }
+
+    fn run(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        s: &mut MlpScratch,
+        out: &mut Tensor,
+        then: Option<ResidualNorm<'_>>,
+    ) -> Result<()> {
         let n = x.rows();
         fit(dev, &mut s.act, n)?;
         match &self.gate_up {
@@ -105,13 +131,14 @@ impl Mlp {
                 }
             }
         }
-        self.down.forward(dev, &s.act, out)
+        project_then(dev, &self.down, &s.act, out, then)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RmsNorm;
     use pocket_kernels::{DType, HostBytes, Weight};
     use pocket_quant::QuantFormat;
 
@@ -138,6 +165,90 @@ mod tests {
             scale,
         )
         .unwrap()
+    }
+
+    /// `forward_add_norm` (down projection, residual add and the next norm as one op where the
+    /// device folds them) equals `forward` followed by `add_forward` of the same norm: the
+    /// projection, the updated residual and the normed row, bit for bit, on every device (the
+    /// CPU runs the composition; CUDA's fold is specified bit-identical to the unfused launches
+    /// and falls back to them where it does not apply), for one row (the CUDA decode fold: Q8_0
+    /// down weight, hidden a multiple of 32) and a batch.
+    #[test]
+    fn forward_add_norm_equals_forward_then_add_norm() {
+        let (hidden, ff) = (256usize, 192usize);
+        let q8 = QuantFormat::Ggml(pocket_quant::GgmlType::Q8_0);
+        let quant = |rows, cols, seed, scale: f32| {
+            let v: Vec<f32> = values(rows * cols, seed)
+                .iter()
+                .map(|v| v * scale)
+                .collect();
+            pocket_quant::quantize_matrix(q8, rows, cols, &v).unwrap()
+        };
+        let (qg, qu, qd) = (
+            quant(ff, hidden, 4, 0.05),
+            quant(ff, hidden, 5, 0.05),
+            quant(hidden, ff, 6, 0.1),
+        );
+        for dev in Device::all_for_tests() {
+            let lin = |q: &pocket_quant::QuantizedMatrix| {
+                let w = dev
+                    .upload_weight(
+                        q8,
+                        q.rows,
+                        q.cols,
+                        HostBytes::from_vec(q.data.clone()),
+                        None,
+                        None,
+                    )
+                    .unwrap();
+                Linear::new(w, None).unwrap()
+            };
+            let mlp = Mlp::new(
+                GateUp::Separate {
+                    gate: lin(&qg),
+                    up: lin(&qu),
+                },
+                lin(&qd),
+            )
+            .unwrap();
+            let norm_w: Vec<f32> = values(hidden, 7).iter().map(|v| 1.0 + 0.5 * v).collect();
+            let norm = RmsNorm::new(dev.upload_f32(&norm_w, &[hidden]).unwrap(), 1e-5);
+            for n in [1usize, 3] {
+                let x = dev
+                    .upload_f32(&values(n * hidden, 8), &[n, hidden])
+                    .unwrap();
+                let res = values(n * hidden, 9);
+                let mut s = MlpScratch::new(&dev, n, ff).unwrap();
+                let alloc = || dev.alloc(DType::F32, &[n, hidden]).unwrap();
+                let (mut d1, mut n1, mut d2, mut n2) = (alloc(), alloc(), alloc(), alloc());
+                let mut r1 = dev.upload_f32(&res, &[n, hidden]).unwrap();
+                let mut r2 = dev.upload_f32(&res, &[n, hidden]).unwrap();
+                mlp.forward(&dev, &x, &mut s, &mut d1).unwrap();
+                norm.add_forward(&dev, &mut r1, &d1, &mut n1).unwrap();
+                let then = ResidualNorm {
+                    norm: &norm,
+                    residual: &mut r2,
+                    normed: &mut n2,
+                };
+                mlp.forward_add_norm(&dev, &x, &mut s, &mut d2, then)
+                    .unwrap();
+                for (what, a, b) in [
+                    ("delta", &d1, &d2),
+                    ("residual", &r1, &r2),
+                    ("normed", &n1, &n2),
+                ] {
+                    let (a, b) = (dev.read_f32(a).unwrap(), dev.read_f32(b).unwrap());
+                    assert!(a.iter().any(|v| *v != 0.0), "{dev:?} n={n} {what} all zero");
+                    for (i, (u, v)) in a.iter().zip(&b).enumerate() {
+                        assert_eq!(
+                            u.to_bits(),
+                            v.to_bits(),
+                            "{dev:?} n={n} {what}[{i}]: unfused {u}, folded {v}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The stacked `[gate; up]` MLP (which goes through `matmul_silu_halves`: on the CPU its

@@ -4,6 +4,35 @@ use pocket_kernels::{Device, Tensor};
 
 use crate::{Linear, Result};
 
+/// Where a block's last projection lands when the next norm is folded into it: the projection is
+/// added into `residual` and `norm(residual)` written to `normed` (the next sublayer's input), in
+/// one op where the device folds the norm into the GEMV ([`RmsNorm::proj_add_forward`]).
+pub struct ResidualNorm<'a> {
+    /// The norm after the projection (the next sublayer's input norm).
+    pub norm: &'a RmsNorm,
+    /// `[n, dim]` residual stream; the projection's output is added into it.
+    pub residual: &'a mut Tensor,
+    /// `[n, dim]` receives the normalized residual; must not alias the projection's input.
+    pub normed: &'a mut Tensor,
+}
+
+/// `out = proj(x)`, then with `then` `residual += out; normed = norm(residual)`: the end of an
+/// attention or MLP block, folded into one op for a projection without a bias.
+pub fn project_then(
+    dev: &Device,
+    proj: &Linear,
+    x: &Tensor,
+    out: &mut Tensor,
+    then: Option<ResidualNorm<'_>>,
+) -> Result<()> {
+    match then {
+        None => proj.forward(dev, x, out),
+        Some(t) => t
+            .norm
+            .proj_add_forward(dev, proj, x, out, t.residual, t.normed),
+    }
+}
+
 /// Root-mean-square normalization with a learned f32 scale.
 pub struct RmsNorm {
     /// `[dim]` scale.

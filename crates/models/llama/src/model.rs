@@ -6,6 +6,7 @@ use pocket_formats::{StoreMetadata, TensorStore};
 use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::{AttentionParams, Device, Tensor, Weight};
 use pocket_layers::model::DECODE_GRAPH_MAX_SEQS;
+use pocket_layers::norm::ResidualNorm;
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
     stack_projections, Attention, AttentionScratch, BatchPlan, BatchTensors, GateUp, KvCache,
@@ -42,7 +43,11 @@ struct Workspace {
     /// Fixed-capacity inputs of graph-captured decode steps (allocated on first use).
     decode: Option<BatchTensors>,
     hidden: Tensor,
+    /// Each layer's normalized input (and the final norm's output).
     normed: Tensor,
+    /// The normalized residual between a layer's attention and its MLP: a second buffer, as the
+    /// folded projection + norm writes it while the attention still borrows `normed`.
+    mid: Tensor,
     delta: Tensor,
     last: Tensor,
     logits: Tensor,
@@ -216,6 +221,7 @@ impl LlamaModel {
             decode: None,
             hidden: workspace(dev, rows, h)?,
             normed: workspace(dev, rows, h)?,
+            mid: workspace(dev, rows, h)?,
             delta: workspace(dev, rows, h)?,
             last: workspace(dev, rows, h)?,
             logits: workspace(dev, rows, c.vocab_size)?,
@@ -325,15 +331,18 @@ impl LlamaModel {
             (None, true) => return Err(LayerError::Shape("no decode batch prepared".into())),
             (_, false) => &ws.batch,
         };
-        for t in [&mut ws.hidden, &mut ws.normed, &mut ws.delta] {
+        for t in [&mut ws.hidden, &mut ws.normed, &mut ws.mid, &mut ws.delta] {
             fit(dev, t, n)?;
         }
         dev.embedding(&self.embed, &batch.ids, &mut ws.hidden)?;
         self.blocks[0]
             .attn_norm
             .forward(dev, &ws.hidden, &mut ws.normed)?;
+        // Each block ends its attention with `ffn_norm` into `mid` and its MLP with the next
+        // block's `attn_norm` (the final norm after the last) into `normed`, each folded into
+        // the projection where the device can (one launch per fold on CUDA decode).
         for (l, b) in self.blocks.iter().enumerate() {
-            b.attn.forward(
+            b.attn.forward_add_norm(
                 dev,
                 &ws.normed,
                 batch,
@@ -341,15 +350,27 @@ impl LlamaModel {
                 cache,
                 &mut ws.attn,
                 &mut ws.delta,
+                ResidualNorm {
+                    norm: &b.ffn_norm,
+                    residual: &mut ws.hidden,
+                    normed: &mut ws.mid,
+                },
             )?;
-            b.ffn_norm
-                .add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
-            b.mlp.forward(dev, &ws.normed, &mut ws.mlp, &mut ws.delta)?;
             let next = self
                 .blocks
                 .get(l + 1)
                 .map_or(&self.norm, |nb| &nb.attn_norm);
-            next.add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
+            b.mlp.forward_add_norm(
+                dev,
+                &ws.mid,
+                &mut ws.mlp,
+                &mut ws.delta,
+                ResidualNorm {
+                    norm: next,
+                    residual: &mut ws.hidden,
+                    normed: &mut ws.normed,
+                },
+            )?;
         }
         fit(dev, &mut ws.last, s)?;
         fit(dev, &mut ws.logits, s)?;

@@ -9,6 +9,7 @@ use pocket_kernels::rope::DeviceRope;
 use pocket_kernels::Weight;
 use pocket_kernels::{AttentionParams, DeltaRuleParams, Device, HeadGrouping, RopeTable, Tensor};
 use pocket_layers::model::{is_decode_padding, DECODE_GRAPH_MAX_SEQS};
+use pocket_layers::norm::ResidualNorm;
 use pocket_layers::scratch::{fit, workspace};
 use pocket_layers::{
     stack_projections, BatchPlan, BatchTensors, DeltaNetScratch, GateUp, GatedDeltaNet, KvCache,
@@ -67,7 +68,11 @@ struct Workspace {
     states: StateBatch,
     decode: Option<DecodeInputs>,
     hidden: Tensor,
+    /// Each layer's normalized input (and the final norm's output).
     normed: Tensor,
+    /// The normalized residual between a layer's attention and its MLP: a second buffer, as the
+    /// folded projection + norm writes it while the attention still borrows `normed`.
+    mid: Tensor,
     delta: Tensor,
     last: Tensor,
     logits: Tensor,
@@ -314,6 +319,7 @@ impl Qwen35Model {
             decode: None,
             hidden: workspace(dev, rows, h)?,
             normed: workspace(dev, rows, h)?,
+            mid: workspace(dev, rows, h)?,
             delta: workspace(dev, rows, h)?,
             last: workspace(dev, rows, h)?,
             logits: workspace(dev, rows, c.vocab_size)?,
@@ -413,32 +419,57 @@ impl Qwen35Model {
             (None, true) => return Err(LayerError::Shape("no decode batch prepared".into())),
             (_, false) => (&ws.batch, &ws.states.meta),
         };
-        for t in [&mut ws.hidden, &mut ws.normed, &mut ws.delta] {
+        for t in [&mut ws.hidden, &mut ws.normed, &mut ws.mid, &mut ws.delta] {
             fit(dev, t, n)?;
         }
         dev.embedding(&self.embed, &batch.ids, &mut ws.hidden)?;
         self.blocks[0]
             .attn_norm
             .forward(dev, &ws.hidden, &mut ws.normed)?;
+        // Mixer + `ffn_norm` into `mid`, MLP + the next `attn_norm` (or final norm) into `normed`;
+        // attention and MLP fold the norm into their last GEMV (DeltaNet not yet).
         for (l, b) in self.blocks.iter().enumerate() {
             match &b.mixer {
                 Mixer::Full(a) => {
                     let s = ws.attn.as_mut().ok_or_else(|| scratch_missing(l))?;
-                    a.forward(dev, &ws.normed, batch, &self.rope, cache, s, &mut ws.delta)?
+                    let then = ResidualNorm {
+                        norm: &b.ffn_norm,
+                        residual: &mut ws.hidden,
+                        normed: &mut ws.mid,
+                    };
+                    a.forward_add_norm(
+                        dev,
+                        &ws.normed,
+                        batch,
+                        &self.rope,
+                        cache,
+                        s,
+                        &mut ws.delta,
+                        then,
+                    )?
                 }
                 Mixer::Linear(d) => {
                     let s = ws.deltanet.as_mut().ok_or_else(|| scratch_missing(l))?;
-                    d.forward(dev, &ws.normed, meta, &mut self.states, s, &mut ws.delta)?
+                    d.forward(dev, &ws.normed, meta, &mut self.states, s, &mut ws.delta)?;
+                    b.ffn_norm
+                        .add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.mid)?;
                 }
             }
-            b.ffn_norm
-                .add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
-            b.mlp.forward(dev, &ws.normed, &mut ws.mlp, &mut ws.delta)?;
             let next = self
                 .blocks
                 .get(l + 1)
                 .map_or(&self.norm, |nb| &nb.attn_norm);
-            next.add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.normed)?;
+            b.mlp.forward_add_norm(
+                dev,
+                &ws.mid,
+                &mut ws.mlp,
+                &mut ws.delta,
+                ResidualNorm {
+                    norm: next,
+                    residual: &mut ws.hidden,
+                    normed: &mut ws.normed,
+                },
+            )?;
         }
         fit(dev, &mut ws.last, s)?;
         fit(dev, &mut ws.logits, s)?;
