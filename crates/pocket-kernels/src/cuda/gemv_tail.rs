@@ -6,9 +6,9 @@
 //!
 //! Taken for one activation row of a dp4a format whose per-shape kernel is `gemv_q8r_*` or
 //! `gemv_q8r1_*` (gemv_q8.rs) where the unfused path would run the quantizing small kernel
-//! (`POCKET_NORM_Q8` on, the one-pass norm). Everything else, and `POCKET_GEMV_TAIL=0` (or
-//! [`CudaBackend::set_gemv_tail`]), runs the unfused composition; `POCKET_GEMV_TAIL=silu` or
-//! `=norm` keeps one fold only.
+//! (`POCKET_NORM_Q8` on, the one-pass norm), and only with `POCKET_GEMV_TAIL=1` (or
+//! [`CudaBackend::set_gemv_tail`]): by default every call runs the unfused composition, which
+//! measured faster on the H200; `POCKET_GEMV_TAIL=silu` or `=norm` turns on one fold only.
 
 use cudarc::driver::result as dr;
 
@@ -17,7 +17,6 @@ use super::kernels::{DevFormat, Kernel, Q8Gemv};
 use super::matmul::{q8_scratch_bytes, quantize_act, warp_per_row, Q8Bufs};
 use super::memory::cuda_err;
 use super::ops::{norm_q8_block, norm_q8_on};
-use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{Backend, DType, Result, Tensor, Weight, WeightStorage};
@@ -39,28 +38,31 @@ const GROUP: usize = 256;
 /// Process-wide override of `POCKET_GEMV_TAIL`: 0 = the environment, 1 = on, 2 = off.
 static TAIL_SET: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Whether tail `t` is on: [`CudaBackend::set_gemv_tail`], else `POCKET_GEMV_TAIL` (on unless
-/// `0`; `silu` or `norm` keeps only that fold, for A/B of each).
+/// Whether tail `t` is on: [`CudaBackend::set_gemv_tail`], else `POCKET_GEMV_TAIL` (off unless
+/// `1`; `silu` or `norm` turns on that fold only, for A/B of each). Off by default: on the
+/// H200 (session 5) each fold made the 8B Q4_0 decode step ~0.8 ms slower (2.13 -> 3.62 ms with
+/// both; docs/performance/cuda-dense.md).
 pub(crate) fn tail_on(t: GemvTail) -> bool {
-    static ENV: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_GEMV_TAIL");
-    static ONLY: std::sync::OnceLock<Option<GemvTail>> = std::sync::OnceLock::new();
+    static MODE: std::sync::OnceLock<(bool, Option<GemvTail>)> = std::sync::OnceLock::new();
     match TAIL_SET.load(std::sync::atomic::Ordering::Relaxed) {
         1 => true,
         2 => false,
         _ => {
-            let only = ONLY.get_or_init(|| match std::env::var("POCKET_GEMV_TAIL").as_deref() {
-                Ok("silu") => Some(GemvTail::Silu),
-                Ok("norm") => Some(GemvTail::Norm),
-                _ => None,
-            });
-            ENV.on() && only.is_none_or(|o| o == t)
+            let (on, only) =
+                *MODE.get_or_init(|| match std::env::var("POCKET_GEMV_TAIL").as_deref() {
+                    Ok("1") => (true, None),
+                    Ok("silu") => (true, Some(GemvTail::Silu)),
+                    Ok("norm") => (true, Some(GemvTail::Norm)),
+                    _ => (false, None),
+                });
+            on && only.is_none_or(|o| o == t)
         }
     }
 }
 
 impl CudaBackend {
     /// Folds the SwiGLU and the residual-add RMSNorm into the preceding decode GEMV (`true`) or
-    /// launches them separately (`false`, as `POCKET_GEMV_TAIL=0`); process-wide, for A/B
+    /// launches them separately (`false`, the default); process-wide, for A/B
     /// benchmarks and tests. Both give the same bits.
     pub fn set_gemv_tail(&self, on: bool) {
         TAIL_SET.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
