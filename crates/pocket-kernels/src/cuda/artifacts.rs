@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9016a74da0943a5d30700cf2a833d8d999eb820ec0fbeaae0a7be1183c255d0e";
+    "463a87d2e3a8db21c033007b8b0417fede8bed14bc8b75042a8f73d0afb5ccc3";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
