@@ -4,16 +4,34 @@
 // projection outputs in place (each source is a pointer already offset to its first column and a
 // row stride, so a stacked [q | k | v | z] row and four separate tensors look alike).
 //
-// Grid (k_heads, num_seqs): a block owns one key head of one sequence and the value heads that read
-// it (v_heads / k_heads of them). It is the only block that reads or writes the conv-state channels
-// of that key head's q and k and of those value heads' v, so the conv window is read and rewritten
-// without a race (splitting a group's value heads over several blocks would have them read the old
-// q/k window while one rewrites it).
+// Grid (k_heads * nsub, num_seqs): a block owns hb = hpg / nsub of the hpg = v_heads / k_heads
+// value heads that read one key head, for one sequence. nsub = hpg (hb = 1, the default): one block
+// per (value head, sequence), 48 blocks at Qwen3.5-27B batch 1 instead of 16. Why: the kernel is
+// latency-bound, not bandwidth-bound (a block of the key-head layout walked its 3 heads' 64 KB
+// states one after the other at ~28 GB/s per block, 13.9 us per layer on the H200 for 3 MB r+w);
+// with a block per value head every block issues all of its one state's loads at once (8 float4s
+// per thread, 64 KB per SM in flight) and the three heads of a group run side by side on three
+// SMs, so the step costs one head's latency chain instead of three. nsub = 1 (hb = hpg,
+// POCKET_DELTANET_SPLIT=0) is the previous kernel, kept for the A/B.
 //
-// Per block: the group's conv taps go to shared memory before pdl_wait (weights); after it the first
-// value head's state is requested at once (the long-latency load), then the conv + SiLU of the
-// group's channels with the window update, z, the gates and the q/k L2 norms; then per value head,
-// with the next head's state already loading:
+// The conv-state race: the q/k conv channels belong to the key head, shared by the nsub blocks of
+// its group. Every block computes the q/k conv (4 taps, cheap) from the OLD window; the new q/k
+// window is staged in shared memory and written only by the LAST block of the group to arrive:
+// after its conv reads (values consumed, then __syncthreads) one thread per block does
+// atom.add.acq_rel.gpu on a per-(key head, sequence) counter; the block that reads nsub - 1 knows
+// every other block of its group has finished reading the old window, writes the new one at its
+// end and resets the counter to 0 (the next launch or graph replay finds it zero; every access
+// comes after pdl_wait, so launches are ordered). No block waits on another: no spin, no
+// deadlock and no assumption on block dispatch order, whatever the number of waves (4 sequences
+// at 27B = 192 blocks > 132 SMs). The atomic's result is used only at the block's end, so its
+// latency hides behind the state math. Each block writes its own value heads' v window and state.
+//
+// Per block: the block's conv taps go to shared memory before pdl_wait (weights); after it the first
+// value head's state is requested at once (the long-latency load: all 8 float4s per thread issued
+// before the first use), then the conv + SiLU of the block's channels with the window update, z,
+// the gates and the q/k L2 norms; then per value head (with hb > 1 the next head's rows are
+// prefetched to L2, not to registers: 128 registers at 512 threads leave no room for a second
+// copy), for each column j:
 //   S *= exp(g);  kv = Sᵀk;  delta = beta (v - kv);  S += k ⊗ delta;  o = Sᵀq
 //   out = o / rms(o) * w * silu(z)
 // State layout as deltanet.cu ([slots, v_heads, k_dim, v_dim] f32). Thread (rg, cg) holds float4
@@ -25,7 +43,7 @@
 //
 // With wfmt != 0 (1 = F16, 2 = BF16 weights) the block also computes the in_ba projection of its
 // own value heads instead of reading its output: b_t = x . Wb[head t], a_t = x . Wa[head t] for
-// the hpg heads (2 hpg rows of `hidden` 16-bit weights, 60 KB at 27B), saving that GEMV's launch.
+// the hb heads (2 hb rows of `hidden` 16-bit weights, 20 KB per head at 27B), saving that GEMV's launch.
 // The rows are flattened into 8-element (16-byte) chunks, thread tid taking chunks tid + nt u;
 // the first FD_BA_U per thread are loaded before pdl_wait (weights), the dot with the f32 row x
 // (the layer input, not rounded, as gemv_h) follows once it may be read. Each chunk is one
@@ -43,8 +61,18 @@ DEVI float fd_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // Longest conv kernel (as CONV_MAX_K in deltanet.cu) and state rows per thread.
 #define FD_MAX_K 8
 #define FD_RPT 8
-// in_ba weight chunks (16 bytes) per thread and pass.
-#define FD_BA_U 8
+// in_ba weight chunks (16 bytes) per thread and pass (4: 2048 chunks per pass, a 27B head's two
+// rows of 640 in one pass; 8 spilled on sm_90 with the staging registers).
+#define FD_BA_U 4
+
+// One thread of the block arrives at the group's counter: returns the count before it (acq_rel at
+// gpu scope: the block's earlier reads of the old window are ordered before, the writes of the
+// last block after).
+DEVI uint32_t fd_arrive(uint32_t* c) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+    return old;
+}
 
 // The t-th value head reading key head kh.
 DEVI int fd_head(int kh, int t, int hk, int hpg, int tiled) { return tiled ? kh + t * hk : kh * hpg + t; }
@@ -57,6 +85,15 @@ DEVI void fd_load(float4 (&S)[FD_RPT], const float* __restrict__ st, bool has, b
         int i = rg + RG * m;
         S[m] = (has && active && i < dk) ? *(const float4*)&st[(size_t)i * dv + 4 * cg]
                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// Asks L2 for the rows fd_load will read (no registers held).
+DEVI void fd_prefetch(const float* st, int rg, int RG, int cg, int dk, int dv) {
+#pragma unroll
+    for (int m = 0; m < FD_RPT; m++) {
+        int i = rg + RG * m;
+        if (i < dk) asm volatile("prefetch.global.L2 [%0];" ::"l"(&st[(size_t)i * dv + 4 * cg]));
     }
 }
 
@@ -75,38 +112,38 @@ DEVI float fd_h(uint32_t v, bool hi, bool bf) {
     return __half2float(__ushort_as_half((uint16_t)(hi ? v >> 16 : v & 0xffffu)));
 }
 
-// Bytes from the first weight row to row `lr` of the block's 2 hpg in_ba rows (b rows of its
-// value heads, then their a rows), relative to wb or wa.
-DEVI const uint8_t* fd_ba_row(const uint8_t* wb, const uint8_t* wa, int lr, int kh, int hk, int hpg,
-                              int tiled, int hidden) {
-    bool is_b = lr < hpg;
-    int h = fd_head(kh, is_b ? lr : lr - hpg, hk, hpg, tiled);
+// Bytes from the first weight row to row `lr` of the block's 2 hb in_ba rows (b rows of its
+// value heads t0.., then their a rows), relative to wb or wa.
+DEVI const uint8_t* fd_ba_row(const uint8_t* wb, const uint8_t* wa, int lr, int kh, int t0, int hb,
+                              int hk, int hpg, int tiled, int hidden) {
+    bool is_b = lr < hb;
+    int h = fd_head(kh, t0 + (is_b ? lr : lr - hb), hk, hpg, tiled);
     return (is_b ? wb : wa) + (size_t)h * hidden * 2;
 }
 
 // Requests this thread's weight chunks base + tid + nt u of the flattened in_ba rows.
 DEVI void fd_ba_load(uint4 (&q)[FD_BA_U], const uint8_t* wb, const uint8_t* wa, int base, int tid,
-                     int nt, int nch, int kh, int hk, int hpg, int tiled, int hidden) {
-    int total = 2 * hpg * nch;
+                     int nt, int nch, int kh, int t0, int hb, int hk, int hpg, int tiled, int hidden) {
+    int total = 2 * hb * nch;
 #pragma unroll
     for (int u = 0; u < FD_BA_U; u++) {
         int f = base + tid + nt * u;
         q[u] = make_uint4(0u, 0u, 0u, 0u);
         if (f < total) {
             int lr = f / nch;
-            q[u] = fd_ld16(fd_ba_row(wb, wa, lr, kh, hk, hpg, tiled, hidden) + (size_t)(f - lr * nch) * 16);
+            q[u] = fd_ld16(fd_ba_row(wb, wa, lr, kh, t0, hb, hk, hpg, tiled, hidden) + (size_t)(f - lr * nch) * 16);
         }
     }
 }
 
 // Dots the loaded chunks with x and adds the warp's per-row sums to pba[warp][row] (lane 0).
 DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, float* pba, int base,
-                    int tid, int nt, int nch, int hpg, bool bf) {
-    int total = 2 * hpg * nch, lane = tid % 32, warp = tid / 32;
+                    int tid, int nt, int nch, int hb, bool bf) {
+    int total = 2 * hb * nch, lane = tid % 32, warp = tid / 32;
 #pragma unroll
     for (int u = 0; u < FD_BA_U; u++) {
         int f = base + tid + nt * u;
-        int lr = f < total ? f / nch : 2 * hpg;
+        int lr = f < total ? f / nch : 2 * hb;
         float d = 0.f;
         if (f < total) {
             const float4* xp = reinterpret_cast<const float4*>(xr) + 2 * (f - lr * nch);
@@ -124,10 +161,10 @@ DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, flo
         // The lanes' rows are consecutive and non-decreasing: one warp sum per row they touch
         // (at most two when hidden >= 256).
         int first = __shfl_sync(0xffffffffu, lr, 0);
-        int last = min(__shfl_sync(0xffffffffu, lr, 31), 2 * hpg - 1);
+        int last = min(__shfl_sync(0xffffffffu, lr, 31), 2 * hb - 1);
         for (int r = first; r <= last; r++) {
             float sr = warp_sum(lr == r ? d : 0.f);
-            if (lane == 0) pba[warp * 2 * hpg + r] += sr;
+            if (lane == 0) pba[warp * 2 * hb + r] += sr;
         }
     }
 }
@@ -142,15 +179,19 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
                 const uint32_t* __restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,
                 int RG, float l2_eps, float scale, float norm_eps, const uint8_t* __restrict__ wb,
                 const uint8_t* __restrict__ wa, const float* __restrict__ x, int x_stride, int hidden,
-                int wfmt) {
+                int wfmt, int hb, uint32_t* __restrict__ cnt) {
     extern __shared__ float4 smem4[];
     float* smem = (float*)smem4;
-    int kh = blockIdx.x, s = blockIdx.y;
+    int hpg = hv / hk, nsub = hpg / hb;
+    int kh = blockIdx.x / nsub, t0 = (blockIdx.x % nsub) * hb, s = blockIdx.y;
     int tid = threadIdx.x, nt = blockDim.x;
     int lane = tid % 32, warp = tid / 32, nwarps = nt / 32;
-    int hpg = hv / hk;
     int C = 2 * hk * dk + hv * dv; // conv channels (the qkv row)
-    int CH = 2 * dk + hpg * dv;    // this block's channels: q, k, then its value heads' v
+    int CH = 2 * dk + hb * dv;     // this block's channels: q, k, then its value heads' v
+    bool stage = nsub > 1;         // the q/k window is shared: the group's last block writes it
+    // The thread that arrives at the counter: lane 0 of warp 2 (it takes no part in the q/k norms
+    // that follow, so the atomic does not delay them).
+    int arriver = nwarps > 2 ? 64 : 0;
     int win = K - 1;
     int CG = dv / 4;
     int cg = tid % CG, rg = tid / CG;
@@ -159,20 +200,22 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     float* red = smem;             // [RG][dv] column partials (16-byte aligned: first)
     float* vec = red + RG * dv;    // [dv] delta of the current head
     float* part = vec + dv;        // [32] per-warp sums of squares
-    float* gate = part + 32;       // [hpg][2] decay, beta
-    float* qn = gate + 2 * hpg;    // [dk] normalised, scaled q
+    float* gate = part + 32;       // [hb][2] decay, beta
+    float* qn = gate + 2 * hb;     // [dk] normalised, scaled q
     float* kn = qn + dk;           // [dk] normalised k
     float* taps = kn + dk;         // [CH][K]
     float* xc = taps + CH * K;     // [CH] conv outputs
-    float* zs = xc + CH;           // [hpg][dv] output gate
-    float* pba = zs + hpg * dv;    // [nwarps][2 hpg] in_ba partials (wfmt != 0)
+    float* zs = xc + CH;           // [hb][dv] output gate
+    float* pba = zs + hb * dv;     // [nwarps][2 hb] in_ba partials (wfmt != 0)
+    float* nwin = pba + nwarps * 2 * hb; // [win][2 dk] the new q/k window (stage)
+    int* last_flag = (int*)(nwin + win * 2 * dk); // [1] this block is the group's last
 
     // Local channel c -> channel of the qkv row.
     auto chan = [&](int c) -> int {
         if (c < dk) return kh * dk + c;
         if (c < 2 * dk) return hk * dk + kh * dk + (c - dk);
         int t = (c - 2 * dk) / dv, j = (c - 2 * dk) % dv;
-        return 2 * hk * dk + fd_head(kh, t, hk, hpg, tiled) * dv + j;
+        return 2 * hk * dk + fd_head(kh, t0 + t, hk, hpg, tiled) * dv + j;
     };
     // Weights before the wait.
     for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
@@ -182,8 +225,8 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     if (wfmt) {
         // Lane 0 alone adds to its warp's partials: zero them here, no barrier needed.
         if (lane == 0)
-            for (int r = 0; r < 2 * hpg; r++) pba[warp * 2 * hpg + r] = 0.f;
-        fd_ba_load(q, wb, wa, 0, tid, nt, nch, kh, hk, hpg, tiled, hidden);
+            for (int r = 0; r < 2 * hb; r++) pba[warp * 2 * hb + r] = 0.f;
+        fd_ba_load(q, wb, wa, 0, tid, nt, nch, kh, t0, hb, hk, hpg, tiled, hidden);
     }
 
     pdl_wait();
@@ -194,10 +237,12 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     float* hst = state + (size_t)state_slots[s] * hv * dk * dv;
     if (r1 == r0) {
         // No row: the unfused ops write the slot back as they read it (zeros when fresh).
+        // With several blocks per group the first writes the q/k window (no block reads it).
         if (!has) {
-            for (int idx = tid; idx < win * CH; idx += nt) cst[(size_t)(idx / CH) * C + chan(idx % CH)] = 0.f;
-            for (int t = 0; t < hpg; t++) {
-                float* st = hst + (size_t)fd_head(kh, t, hk, hpg, tiled) * dk * dv;
+            for (int idx = tid; idx < win * CH; idx += nt)
+                if (t0 == 0 || idx % CH >= 2 * dk) cst[(size_t)(idx / CH) * C + chan(idx % CH)] = 0.f;
+            for (int t = 0; t < hb; t++) {
+                float* st = hst + (size_t)fd_head(kh, t0 + t, hk, hpg, tiled) * dk * dv;
                 for (int idx = tid; idx < dk * dv; idx += nt) st[idx] = 0.f;
             }
         }
@@ -206,14 +251,14 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
 
     // The first head's state: the load with the longest latency, in flight during the conv.
     float4 S[FD_RPT];
-    fd_load(S, hst + (size_t)fd_head(kh, 0, hk, hpg, tiled) * dk * dv, has, active, rg, RG, cg, dk, dv);
+    fd_load(S, hst + (size_t)fd_head(kh, t0, hk, hpg, tiled) * dk * dv, has, active, rg, RG, cg, dk, dv);
 
     if (wfmt) {
         // The in_ba projection of this block's heads (the first pass's weights already here).
         const float* xr = x + (size_t)r0 * x_stride;
-        for (int base = 0; base < 2 * hpg * nch; base += nt * FD_BA_U) {
-            if (base > 0) fd_ba_load(q, wb, wa, base, tid, nt, nch, kh, hk, hpg, tiled, hidden);
-            fd_ba_dot(q, xr, pba, base, tid, nt, nch, hpg, wfmt == 2);
+        for (int base = 0; base < 2 * hb * nch; base += nt * FD_BA_U) {
+            if (base > 0) fd_ba_load(q, wb, wa, base, tid, nt, nch, kh, t0, hb, hk, hpg, tiled, hidden);
+            fd_ba_dot(q, xr, pba, base, tid, nt, nch, hb, wfmt == 2);
         }
         __syncthreads();
     }
@@ -235,23 +280,31 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         for (int j = 0; j < FD_MAX_K; j++)
             if (j <= win) acc += taps[c * K + j] * (j < win ? hist[j] : xv);
         xc[c] = fd_silu(acc);
+        bool staged = stage && c < 2 * dk;
 #pragma unroll
-        for (int j = 0; j < FD_MAX_K - 1; j++)
-            if (j < win) cst[(size_t)j * C + ch] = j + 1 < win ? hist[j + 1] : xv;
+        for (int j = 0; j < FD_MAX_K - 1; j++) {
+            if (j < win) {
+                float nv = j + 1 < win ? hist[j + 1] : xv;
+                if (staged)
+                    nwin[j * 2 * dk + c] = nv;
+                else
+                    cst[(size_t)j * C + ch] = nv;
+            }
+        }
     }
-    for (int idx = tid; idx < hpg * dv; idx += nt) {
+    for (int idx = tid; idx < hb * dv; idx += nt) {
         int t = idx / dv, j = idx % dv;
-        zs[idx] = z[(size_t)r0 * z_stride + fd_head(kh, t, hk, hpg, tiled) * dv + j];
+        zs[idx] = z[(size_t)r0 * z_stride + fd_head(kh, t0 + t, hk, hpg, tiled) * dv + j];
     }
-    for (int t = tid; t < hpg; t += nt) {
-        int h = fd_head(kh, t, hk, hpg, tiled);
+    for (int t = tid; t < hb; t += nt) {
+        int h = fd_head(kh, t0 + t, hk, hpg, tiled);
         float bv, av;
         if (wfmt) {
             bv = 0.f;
             av = 0.f;
             for (int w = 0; w < nwarps; w++) {
-                bv += pba[w * 2 * hpg + t];
-                av += pba[w * 2 * hpg + hpg + t];
+                bv += pba[w * 2 * hb + t];
+                av += pba[w * 2 * hb + hb + t];
             }
         } else {
             bv = bsrc[(size_t)r0 * b_stride + h];
@@ -262,6 +315,9 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         gate[2 * t + 1] = fd_sigmoid(bv);
     }
     __syncthreads();
+    // Every thread's reads of the old window are consumed: arrive (the count is used at the end).
+    uint32_t arrived = 0;
+    if (stage && tid == arriver) arrived = fd_arrive(&cnt[(size_t)s * hk + kh]);
     // q (warp 0) and k (warp 1, or warp 0 again when the block is one warp), L2-normalised.
     for (int which = warp; which < 2; which += nwarps) {
         const float* src = xc + which * dk;
@@ -274,12 +330,14 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
     }
     __syncthreads();
 
-    for (int t = 0; t < hpg; t++) {
-        int h = fd_head(kh, t, hk, hpg, tiled);
+    for (int t = 0; t < hb; t++) {
+        int h = fd_head(kh, t0 + t, hk, hpg, tiled);
         float* st = hst + (size_t)h * dk * dv;
-        float4 N[FD_RPT];
-        if (t + 1 < hpg)
-            fd_load(N, hst + (size_t)fd_head(kh, t + 1, hk, hpg, tiled) * dk * dv, has, active, rg, RG, cg, dk, dv);
+        if (t > 0) fd_load(S, st, has, active, rg, RG, cg, dk, dv);
+        // The next head's rows to L2 while this one computes (a register copy of them, as the
+        // key-head kernel had, spills now that the block also stages the q/k window).
+        if (t + 1 < hb && has && active)
+            fd_prefetch(hst + (size_t)fd_head(kh, t0 + t + 1, hk, hpg, tiled) * dk * dv, rg, RG, cg, dk, dv);
         float decay = gate[2 * t], beta = gate[2 * t + 1];
         float4 p = make_float4(0.f, 0.f, 0.f, 0.f);
         if (active) {
@@ -340,9 +398,22 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         ss = warp_sum(ss);
         float inv = rsqrtf(ss / (float)dv + norm_eps);
         if (tid < dv) out[(size_t)r0 * hv * dv + (size_t)h * dv + tid] = o * inv * nw * fd_silu(zs[t * dv + tid]);
-        if (t + 1 < hpg) {
-#pragma unroll
-            for (int m = 0; m < FD_RPT; m++) S[m] = N[m];
+    }
+    if (stage) {
+        // The group's last block writes the new q/k window (nwin was written before the head
+        // loop's barriers) and leaves the counter zero for the next launch.
+        if (tid == arriver) {
+            *last_flag = arrived == (uint32_t)(nsub - 1);
+            if (arrived == (uint32_t)(nsub - 1)) cnt[(size_t)s * hk + kh] = 0u;
+        }
+        __syncthreads();
+        if (*last_flag) {
+            // The slot's window again (not kept live across the head loop: registers).
+            float* cw = conv_state + (size_t)state_slots[s] * win * C;
+            for (int idx = tid; idx < win * 2 * dk; idx += nt) {
+                int c = idx % (2 * dk);
+                cw[(size_t)(idx / (2 * dk)) * C + (c < dk ? kh * dk + c : hk * dk + kh * dk + (c - dk))] = nwin[idx];
+            }
         }
     }
 }

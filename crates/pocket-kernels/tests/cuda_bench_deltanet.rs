@@ -5,7 +5,10 @@
 //! `gated_rms_norm`), each as a CUDA graph of 48 layers with their own state pools (48 x 3 MB per
 //! sequence: beyond the 50 MB L2, as in a real step), timed with `bench::time_ms`; per-layer times
 //! are the graph's over 48. Ignored by default; the device run script runs it with `--ignored`.
-//! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer).
+//! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer), and
+//! the default block per value head (`split`) well below the block per key head (`key-head`,
+//! `POCKET_DELTANET_SPLIT=0`; 13.9 us per layer at 1 sequence on the H200 before the split,
+//! goal ~4-5 us).
 //! Second part: the in_ba projection (BF16 `[96, 5120]` per layer) as its own GEMV before the
 //! fused kernel against inside it (`BaInputs::Weights`); look for the in-kernel variant saving
 //! most of the GEMV's ~3.2 us per layer.
@@ -198,19 +201,33 @@ fn bench_deltanet_decode_fused_27b() {
                 fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
             }
         });
-        // Alternate the two over three rounds and keep the best of each (shared machine noise).
-        let (mut t_u, mut t_f) = (f64::MAX, f64::MAX);
+        // The previous layout (a block per key head) for the A/B, captured with it forced.
+        be.set_deltanet_split(Some(false));
+        for l in layers.iter_mut() {
+            fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
+        }
+        let g_key = capture(&be, || {
+            for l in layers.iter_mut() {
+                fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
+            }
+        });
+        be.set_deltanet_split(None);
+        // Alternate them over three rounds and keep the best of each (shared machine noise).
+        let (mut t_u, mut t_f, mut t_k) = (f64::MAX, f64::MAX, f64::MAX);
         for _ in 0..3 {
             t_u = t_u.min(time_ms(&be, 3, 30, |_| g_unfused.replay().unwrap()));
             t_f = t_f.min(time_ms(&be, 3, 30, |_| g_fused.replay().unwrap()));
+            t_k = t_k.min(time_ms(&be, 3, 30, |_| g_key.replay().unwrap()));
         }
         let per = |t: f64| t * 1e3 / LAYERS as f64;
         let state_bytes = (2 * seqs * h * p.k_dim * p.v_dim * 4) as f64;
         lines.push(format!(
-            "deltanet decode 27B {seqs} seq per layer: unfused (6 launches) {:6.2} us  fused {:6.2} us  ({:.2}x; fused moves state at {:.0} GB/s)",
+            "deltanet decode 27B {seqs} seq per layer: unfused (6 launches) {:6.2} us  fused key-head {:6.2} us  fused split {:6.2} us  ({:.2}x unfused, {:.2}x key-head; split moves state at {:.0} GB/s)",
             per(t_u),
+            per(t_k),
             per(t_f),
             t_u / t_f,
+            t_k / t_f,
             state_bytes / (per(t_f) * 1e3)
         ));
         println!("{}", lines.last().unwrap());

@@ -35,7 +35,7 @@ impl Rng {
 }
 
 const KERNEL: usize = 4;
-const SLOTS: usize = 6;
+const SLOTS: usize = 9;
 const NORM_EPS: f32 = 1e-6;
 
 fn meta(d: &Device, lens: &[usize], slots: &[u32], has: &[u32]) -> RecurrentMeta {
@@ -248,6 +248,36 @@ fn steps(p: &DeltaRuleParams, rng: &mut Rng) -> Vec<Step> {
 }
 
 fn case(p: DeltaRuleParams, seed: u64) {
+    case_with(p, seed, steps);
+}
+
+/// Eight sequences in shuffled slots over four steps (fresh and continuing, then reordered): at
+/// the 27B dims 8 x 48 = 384 blocks of one value head, about three waves on a 132-SM GPU, so the
+/// blocks of a key-head group sharing the q/k conv window run in different waves, and each launch
+/// must leave the arrival counters zero for the next.
+fn wide_steps(p: &DeltaRuleParams, rng: &mut Rng) -> Vec<Step> {
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    let mut make = |slots: Vec<u32>, has: Vec<u32>| {
+        let n = slots.len();
+        let mut ba = rng.vec(n * 2 * h);
+        ba.iter_mut().for_each(|v| *v *= 2.0);
+        Step {
+            qkvz: rng.vec(n * (w + vw)),
+            ba,
+            lens: vec![1; n],
+            slots,
+            has,
+        }
+    };
+    vec![
+        make(vec![7, 1, 4, 0, 8, 2, 6, 3], vec![0, 1, 0, 1, 1, 0, 1, 0]),
+        make(vec![7, 1, 4, 0, 8, 2, 6, 3], vec![1; 8]),
+        make(vec![3, 6, 2, 8, 0, 4, 1, 7], vec![1; 8]),
+        make(vec![5, 6, 2, 8, 0, 4, 1, 7], vec![0, 1, 1, 1, 1, 1, 1, 1]),
+    ]
+}
+
+fn case_with(p: DeltaRuleParams, seed: u64, steps: fn(&DeltaRuleParams, &mut Rng) -> Vec<Step>) {
     for stacked in [true, false] {
         for dev in Device::all_for_tests() {
             let mut rng = Rng(seed | 1);
@@ -305,6 +335,11 @@ fn fused_decode_matches_unfused_at_27b_dims_tiled() {
 #[test]
 fn fused_decode_matches_unfused_at_27b_dims_grouped() {
     case(params_27b(HeadGrouping::Grouped), 0x27c);
+}
+
+#[test]
+fn fused_decode_matches_unfused_at_27b_dims_eight_sequences() {
+    case_with(params_27b(HeadGrouping::Tiled), 0x27d, wide_steps);
 }
 
 #[test]

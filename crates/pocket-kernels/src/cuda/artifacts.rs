@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "463a87d2e3a8db21c033007b8b0417fede8bed14bc8b75042a8f73d0afb5ccc3";
+    "f9264d6161ff0ba264656c0ba2d50b76a2adb621c1e070ecd81d2d864af7e7f1";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

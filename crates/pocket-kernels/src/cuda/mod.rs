@@ -75,6 +75,9 @@ pub(crate) struct Scratch {
     /// The second q8 workspace the SwiGLU tail writes while the GEMV still reads `q8`; the two
     /// are swapped after the launch (cuda/gemv_tail.rs).
     pub q8_alt: Option<CudaStorage>,
+    /// The fused DeltaNet decode's per-(key head, sequence) arrival counters (zeroed once; every
+    /// launch leaves them zero; cuda/recurrent/decode.rs).
+    pub deltanet_counters: Option<CudaStorage>,
 }
 
 impl Scratch {

@@ -4,9 +4,19 @@
 //! [`fused_supported`] before choosing). With 16-bit `[b | a]` weights the kernel also computes
 //! the in_ba projection of its heads (`BaInputs::Weights`, one GEMV launch fewer per layer);
 //! `POCKET_DELTANET_BA_FUSED=0` keeps that GEMV separate (the layer asks [`fused_ba_supported`]).
+//!
+//! By default a block runs one value head of one sequence (the group's blocks share the q/k conv
+//! window through a self-resetting arrival counter, see the kernel's header);
+//! `POCKET_DELTANET_SPLIT=0` runs the previous layout, a block per key head and all of its value
+//! heads in turn (A/B).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cudarc::driver::result as dr;
 
 use super::super::kernels::DevFormat;
 use super::super::kernels::Kernel;
+use super::super::memory::cuda_err;
 use super::super::switch::EnvSwitch;
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs, CONV_MAX_K};
@@ -21,6 +31,38 @@ use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 static FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_FUSED");
 /// `POCKET_DELTANET_BA_FUSED=0` keeps the in_ba projection a separate GEMV (A/B).
 static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED");
+/// `POCKET_DELTANET_SPLIT=0` runs a block per key head (all its value heads in turn) instead of a
+/// block per value head (A/B).
+static SPLIT: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_SPLIT");
+/// Process-wide override of `POCKET_DELTANET_SPLIT`: 0 = the environment, 1 = on, 2 = off.
+static SPLIT_SET: AtomicU8 = AtomicU8::new(0);
+
+impl CudaBackend {
+    /// Overrides `POCKET_DELTANET_SPLIT` for the fused DeltaNet decode launches that follow, in
+    /// the whole process (`Some(true)`: a block per value head, `Some(false)`: per key head,
+    /// `None`: the environment); benches capture both layouts in one process.
+    pub fn set_deltanet_split(&self, split: Option<bool>) {
+        let v = match split {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        };
+        SPLIT_SET.store(v, Ordering::Relaxed);
+    }
+}
+
+/// Whether a block runs one value head (the override, else the environment).
+fn split_on() -> bool {
+    match SPLIT_SET.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => SPLIT.on(),
+    }
+}
+
+/// Arrival counters allocated at least (u32s): key heads x sequences of any model we load fit,
+/// so the buffer is not regrown (and re-zeroed) inside a graph capture.
+const MIN_COUNTERS: usize = 4096;
 
 /// State rows each thread holds (`FD_RPT` in deltanet_decode.cu).
 const RPT: usize = 8;
@@ -29,15 +71,26 @@ const MAX_THREADS: usize = 512;
 /// Dynamic shared memory available without an opt-in.
 const MAX_SMEM: usize = 48 * 1024;
 
-/// Block geometry of one launch: threads, row groups `RG` and dynamic shared memory bytes.
+/// Block geometry of one launch: threads, row groups `RG`, dynamic shared memory bytes and value
+/// heads per block `hb`.
 struct Geometry {
     threads: usize,
     row_groups: usize,
     smem: usize,
+    heads_per_block: usize,
 }
 
 /// The launch geometry for these params and conv taps, or why the kernel cannot take them.
 fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry, String> {
+    geometry_for(p, kernel, split_on())
+}
+
+/// The launch geometry with a block per value head (`split`) or per key head.
+fn geometry_for(
+    p: &DeltaRuleParams,
+    kernel: usize,
+    split: bool,
+) -> std::result::Result<Geometry, String> {
     if p.k_heads == 0 || p.v_heads == 0 || !p.v_heads.is_multiple_of(p.k_heads) {
         return Err(format!(
             "{} value heads over {} key heads",
@@ -60,17 +113,21 @@ fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry,
             p.k_dim, p.v_dim
         ));
     }
-    let hpg = p.v_heads / p.k_heads;
-    let ch = 2 * p.k_dim + hpg * p.v_dim;
+    let hb = if split { 1 } else { p.v_heads / p.k_heads };
+    let ch = 2 * p.k_dim + hb * p.v_dim;
+    // The kernel's shared arrays in order (deltanet_decode.cu), the staged q/k window and the
+    // last-block flag at the end.
     let floats = row_groups * p.v_dim
         + p.v_dim
         + 32
-        + 2 * hpg
+        + 2 * hb
         + 2 * p.k_dim
         + ch * kernel
         + ch
-        + hpg * p.v_dim
-        + threads / 32 * 2 * hpg;
+        + hb * p.v_dim
+        + threads / 32 * 2 * hb
+        + (kernel - 1) * 2 * p.k_dim
+        + 1;
     let smem = floats * 4;
     if smem > MAX_SMEM {
         return Err(format!("{smem} bytes of shared memory"));
@@ -79,7 +136,29 @@ fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry,
         threads,
         row_groups,
         smem,
+        heads_per_block: hb,
     })
+}
+
+/// The arrival counters for `n` (key head, sequence) pairs, zeroed on the stream when first
+/// allocated (inside a capture a memset node: harmless, every launch leaves them zero).
+fn counters(be: &CudaBackend, op: &'static str, n: usize) -> Result<u64> {
+    let mut scratch = be
+        .scratch
+        .lock()
+        .map_err(|_| shape_err(op, "scratch lock poisoned"))?;
+    let slot = &mut scratch.deltanet_counters;
+    if slot.as_ref().is_none_or(|c| c.len_bytes() < 4 * n) {
+        let bytes = 4 * n.max(MIN_COUNTERS);
+        *slot = None;
+        let c = be.pool.alloc(bytes)?;
+        be.ctx.bind_to_thread().map_err(|e| cuda_err(op, e))?;
+        // SAFETY: `c` is a live device block of `bytes` bytes.
+        unsafe { dr::memset_d8_async(c.ptr(), 0, bytes, be.stream.cu_stream()) }
+            .map_err(|e| cuda_err(op, e))?;
+        *slot = Some(c);
+    }
+    Ok(slot.as_ref().map_or(0, |c| c.ptr()))
 }
 
 /// Whether the fused step is on (`POCKET_DELTANET_FUSED`) and takes these params.
@@ -234,12 +313,19 @@ pub(crate) fn gated_deltanet_decode(
         return Err(shape_err(OP, "state is not 16-byte aligned"));
     }
     let tiled = i32::from(p.grouping == HeadGrouping::Tiled);
-    let groups =
-        u32::try_from(p.k_heads).map_err(|_| shape_err(OP, format!("{} heads", p.k_heads)))?;
+    let hb = geo.heads_per_block;
+    let blocks = p.v_heads / hb;
+    let bx = u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
+    // Counters only when a group spans several blocks (its q/k window is then shared).
+    let cnt = if blocks > p.k_heads {
+        counters(be, OP, p.k_heads * meta.num_seqs)?
+    } else {
+        0
+    };
     be.launch_smem(
         OP,
         Kernel::DeltanetDecode,
-        (groups, grid_seqs(OP, meta)?, 1),
+        (bx, grid_seqs(OP, meta)?, 1),
         geo.threads as u32,
         geo.smem as u32,
         args![
@@ -276,7 +362,9 @@ pub(crate) fn gated_deltanet_decode(
             xp,
             x_stride,
             hidden,
-            wfmt
+            wfmt,
+            hb as i32,
+            cnt
         ],
     )
 }
