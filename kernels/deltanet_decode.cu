@@ -18,7 +18,7 @@
 // its group. Every block computes the q/k conv (4 taps, cheap) from the OLD window; the new q/k
 // window is staged in shared memory and written only by the LAST block of the group to arrive:
 // after its conv reads (values consumed, then __syncthreads) one thread per block does
-// atom.add.acq_rel.gpu on a per-(key head, sequence) counter; the block that reads nsub - 1 knows
+// atom.add.release.gpu on a per-(key head, sequence) counter (fence.acq_rel in the last one); the block that reads nsub - 1 knows
 // every other block of its group has finished reading the old window, writes the new one at its
 // end and resets the counter to 0 (the next launch or graph replay finds it zero; every access
 // comes after pdl_wait, so launches are ordered). No block waits on another: no spin, no
@@ -65,14 +65,20 @@ DEVI float fd_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // rows of 640 in one pass; 8 spilled on sm_90 with the staging registers).
 #define FD_BA_U 4
 
-// One thread of the block arrives at the group's counter: returns the count before it (acq_rel at
-// gpu scope: the block's earlier reads of the old window are ordered before, the writes of the
-// last block after).
+// One thread of the block arrives at the group's counter: returns the count before it. Release at
+// gpu scope (the block's earlier reads of the old window, ordered by __syncthreads, come before);
+// the last block's acquire is a fence.acq_rel after it (fd_acquire, at the block's end): an
+// acquire RMW would make the thread wait for the atomic's round trip here, and the block with it
+// at its next barrier.
 DEVI uint32_t fd_arrive(uint32_t* c) {
     uint32_t old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
     return old;
 }
+
+// The acquire half for the last block (PTX: a strong read followed by fence.acq_rel is an acquire
+// pattern that synchronizes with the other blocks' release RMWs it read from).
+DEVI void fd_acquire() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 // The t-th value head reading key head kh.
 DEVI int fd_head(int kh, int t, int hk, int hpg, int tiled) { return tiled ? kh + t * hk : kh * hpg + t; }
@@ -403,8 +409,12 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         // The group's last block writes the new q/k window (nwin was written before the head
         // loop's barriers) and leaves the counter zero for the next launch.
         if (tid == arriver) {
-            *last_flag = arrived == (uint32_t)(nsub - 1);
-            if (arrived == (uint32_t)(nsub - 1)) cnt[(size_t)s * hk + kh] = 0u;
+            bool last = arrived == (uint32_t)(nsub - 1);
+            if (last) {
+                fd_acquire();
+                cnt[(size_t)s * hk + kh] = 0u;
+            }
+            *last_flag = last;
         }
         __syncthreads();
         if (*last_flag) {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "f9264d6161ff0ba264656c0ba2d50b76a2adb621c1e070ecd81d2d864af7e7f1";
+    "ac457b479250d8306105c6e60272a4a9d049d514ca96e778a4c22683175cef79";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
