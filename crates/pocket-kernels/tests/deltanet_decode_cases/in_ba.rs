@@ -145,7 +145,8 @@ fn fused_decode_with_in_ba_at_27b_dims() {
 
 #[test]
 fn fused_decode_with_in_ba_tiny() {
-    // One warp per block; hidden 264: rows of 33 chunks, so warps straddle two rows.
+    // hidden 272 (GPU uploads need rows of whole 16-element chunks): rows of 34 chunks of 8, so
+    // warps straddle two rows.
     let p = DeltaRuleParams {
         k_heads: 2,
         v_heads: 4,
@@ -155,7 +156,7 @@ fn fused_decode_with_in_ba_tiny() {
         l2_eps: 1e-6,
         scale: 0.25,
     };
-    case_proj(p, 264, GgmlType::BF16, 7);
+    case_proj(p, 272, GgmlType::BF16, 7);
     case_proj(p, 256, GgmlType::F16, 8);
     // Rows of 16 and 8 chunks (the model fixtures' hidden 128): a warp's chunks span 2-5 rows.
     case_proj(p, 128, GgmlType::BF16, 9);
@@ -164,7 +165,7 @@ fn fused_decode_with_in_ba_tiny() {
 
 #[test]
 fn fused_decode_with_in_ba_several_passes() {
-    // 40 value heads on one 32-thread block: 80 rows x 33 chunks, 11 passes of 256 chunks.
+    // 40 value heads on one key head: 80 rows x 34 chunks, 11 passes of 256 chunks.
     case_proj(
         DeltaRuleParams {
             k_heads: 1,
@@ -175,7 +176,7 @@ fn fused_decode_with_in_ba_several_passes() {
             l2_eps: 1e-6,
             scale: 1.0 / (8f32).sqrt(),
         },
-        264,
+        272,
         GgmlType::BF16,
         17,
     );
