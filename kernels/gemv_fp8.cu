@@ -7,9 +7,8 @@
 //    row group: n1 = one warp per 4 rows (16 rows per 128-thread block), n1w8 = one warp per 8
 //    rows (32 per block), n1k2 / n1k4 = the whole 128-thread block per 2 / 4 rows (the columns
 //    split over 4 warps, for matrices with few rows: a 5120-row matrix is 1280 blocks of n1k4
-//    against 320 of n1), n1w2 / n1w1 = one warp per 2 / 1 rows (8 / 4 rows per block), n1h2 =
-//    two warps per 2 rows (4 rows per block). The host picks one per shape (gemv_fp8.rs).
-//    Launch: block 128, grid ceil(rows / rows per block).
+//    against 320 of n1). The host picks one per shape (gemv_fp8.rs). Launch: block 128, grid
+//    ceil(rows / rows per block).
 //    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
 //  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's
 //    activations go through shared memory 512 columns at a time (all rows of x, f32), so each
@@ -239,16 +238,16 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols) {
     static_assert(T % 32 == 0 && FP8R_THREADS % T == 0 && 128 % R == 0, "row group shape");
-    constexpr int NW = T / 32;  // warps per row group
-    // Per-warp sums of a multi-warp group (T > 32); group g owns warps g NW .. g NW + NW.
-    __shared__ float part[FP8R_THREADS / 32][R];
+    // `part` below is per block: a group of several warps must be the whole block.
+    static_assert(T == 32 || T == FP8R_THREADS, "multi-warp groups span the block");
+    constexpr int NW = T / 32;     // warps per row group
+    __shared__ float part[NW][R];  // only T > 32
     const int tid = threadIdx.x, lane = tid & 31;
     const int gt = tid % T;
     const int row0 = (blockIdx.x * (FP8R_THREADS / T) + tid / T) * R;
-    // A whole warp group past the last row has nothing to do and no barrier to reach. A
-    // multi-warp group past it (T = 64: the block's second group at the end) must still reach
-    // the barrier below, so it runs on the clamped rows and writes nothing.
-    if (NW == 1 && row0 >= rows) return;
+    // A whole group past the last row (only T = 32: the grid is ceil(rows / rows per block),
+    // and a 128-thread group is the block) has nothing to do and no barrier to reach.
+    if (row0 >= rows) return;
     const int nch = cols >> 4;
     const uint4* wr[R];
 #pragma unroll
@@ -256,9 +255,7 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
         // A missing last row re-reads the previous one (its result is never written).
         wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
     }
-    // min(): a T = 64 group past the end reads the last row's tile scales (in bounds).
-    const float* srow[1] = {
-        TILED ? sc + (size_t)(min(row0, rows - 1) >> 7) * ((cols + 127) >> 7) : nullptr};
+    const float* srow[1] = {TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr};
     float acc[R];
     row1_accumulate<E5M2, TILED, DEC, R, 1, T, U>(wr, srow, x, nch, gt, acc);
     pdl_trigger();
@@ -273,14 +270,13 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     } else {
         if (lane == 0) {
 #pragma unroll
-            for (int r = 0; r < R; r++) part[tid >> 5][r] = acc[r];
+            for (int r = 0; r < R; r++) part[gt >> 5][r] = acc[r];
         }
         __syncthreads();
         if (gt < R && row0 + gt < rows) {
-            const int w0 = (tid / T) * NW;  // this group's first warp
             float v = 0.f;
 #pragma unroll
-            for (int k = 0; k < NW; k++) v += part[w0 + k][gt];
+            for (int k = 0; k < NW; k++) v += part[k][gt];
             out[row0 + gt] = TILED ? v : v * tscale;
         }
     }
@@ -480,11 +476,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 
 // One-row variants of one format: name suffix, DEC, R, T, U (see gemv_fp8_row1), and the
 // blocks per SM the registers are capped for (ptxas: n1 94 -> 80 registers without spills, 5 -> 6
-// blocks; the others keep what they use; n1k4 needs its ~120). n1w2 / n1w1 / n1h2 are the
-// finer row groups for matrices with few rows (5120 rows: 640 / 1280 / 1280 blocks against n1's
-// 320, which leaves 2-3 blocks per SM of 132 and too few bytes in flight): each thread keeps
-// n1's 8 loads in flight (R x U = 8). n1w2 and n1w1 sum every row exactly as n1 (same lane
-// chunks in the same order, same shuffles), n1h2 splits a row's chunks over 2 warps.
+// blocks; the others keep what they use; n1k4 needs its ~120).
 #define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, T, U, MINB)                                  \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
@@ -495,10 +487,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 32, 2, 6)                                      \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 32, 1, 7)                                    \
     FP8_ROW1(name, n1k2##tag, e5m2, tiled, dec, 2, FP8R_THREADS, 4, 7)                          \
-    FP8_ROW1(name, n1k4##tag, e5m2, tiled, dec, 4, FP8R_THREADS, 4, 4)                          \
-    FP8_ROW1(name, n1w2##tag, e5m2, tiled, dec, 2, 32, 4, 6)                                    \
-    FP8_ROW1(name, n1w1##tag, e5m2, tiled, dec, 1, 32, 8, 6)                                    \
-    FP8_ROW1(name, n1h2##tag, e5m2, tiled, dec, 2, 64, 4, 6)
+    FP8_ROW1(name, n1k4##tag, e5m2, tiled, dec, 4, FP8R_THREADS, 4, 4)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

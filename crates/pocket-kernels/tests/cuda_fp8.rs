@@ -241,15 +241,13 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
     assert!(f.is_empty(), "FP8 mismatches:\n{}", f.join("\n"));
 }
 
-/// Every one-row decode GEMV variant ([`Fp8Row1`]: warp per 1, 2, 4 or 8 rows, two warps per 2
-/// rows, block per 2 or 4 rows)
+/// Every one-row decode GEMV variant ([`Fp8Row1`]: warp per 4 or 8 rows, block per 2 or 4 rows)
 /// with both E4M3 decodes (f16 conversion, the previous integer trick), called directly (no
 /// process-wide switch, so tests running beside it keep theirs), each within the f32 bound of
 /// the CPU and of the float64 reference, and each repeating its result bit for bit (decode
 /// graphs are replayed and compared). Shapes: partial last blocks and row groups for every
-/// variant (1027, 37, 3 rows; 37 leaves the second 2-warp group of `pair2`'s last block past the
-/// end), a second column step of every variant (8208 columns = 513 chunks of 16: past 128
-/// threads x 4, 64 x 4 and 32 lanes x 2 or x 8), partial tiles, and every FP8 kind.
+/// variant (1027, 37, 3 rows), a second column step of every variant (8208 columns = 513 chunks
+/// of 16: past 128 threads x 4 and 32 lanes x 2), partial tiles, and every FP8 kind.
 #[test]
 fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
     let be = match CudaBackend::new(0) {

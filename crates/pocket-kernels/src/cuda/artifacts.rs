@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "ac457b479250d8306105c6e60272a4a9d049d514ca96e778a4c22683175cef79";
+    "cebbb7b7ac0062d48ca849f954a23ab1cc2f365de4d0f807f9cc718f644846fb";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -34,26 +34,15 @@ pub enum Fp8Row1 {
     Split2,
     /// The whole block per 4 rows (`_n1k4`).
     Split4,
-    /// One warp per 2 rows, 8 rows per block (`_n1w2`): 4 steps in flight, each row summed as
-    /// [`Fp8Row1::Warp4`] sums it.
-    Warp2,
-    /// One warp per row, 4 rows per block (`_n1w1`): 8 steps in flight, each row summed as
-    /// [`Fp8Row1::Warp4`] sums it.
-    Warp1,
-    /// Two warps per 2 rows, 4 rows per block (`_n1h2`): a row's chunks split over 64 threads.
-    Pair2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 7] = [
+    pub const ALL: [Fp8Row1; 4] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Split2,
         Fp8Row1::Split4,
-        Fp8Row1::Warp2,
-        Fp8Row1::Warp1,
-        Fp8Row1::Pair2,
     ];
 
     /// Weight rows one 128-thread block covers.
@@ -63,9 +52,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp8 => 32,
             Fp8Row1::Split2 => 2,
             Fp8Row1::Split4 => 4,
-            Fp8Row1::Warp2 => 8,
-            Fp8Row1::Warp1 => 4,
-            Fp8Row1::Pair2 => 4,
         }
     }
 
@@ -76,9 +62,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp8 => "warp8",
             Fp8Row1::Split2 => "split2",
             Fp8Row1::Split4 => "split4",
-            Fp8Row1::Warp2 => "warp2",
-            Fp8Row1::Warp1 => "warp1",
-            Fp8Row1::Pair2 => "pair2",
         }
     }
 
@@ -94,27 +77,14 @@ impl Fp8Row1 {
     /// the 4-row block split), the 4-row warp kernel everywhere else (34816 rows 44.3 us,
     /// 10240 rows 14.8 against 17.1, 5120 rows at 6144 and 17408 columns 11.7 / 26.7 against
     /// 12.0 / 27.4); the block splits won no shape once the decode got cheaper.
-    ///
-    /// PREDICTION, NOT YET MEASURED: matrices of at most [`FEW_ROWS`] rows (the 27B's 5120-row
-    /// down and out projections, 78% / 62% of HBM bandwidth with `warp4`) take the 2-row warp
-    /// kernel: 640 blocks on 132 SMs (up to 7 resident each at 72 registers) instead of 320
-    /// (2-3 per SM, the SMs with 3 setting the time) and twice the bytes in flight per SM. To be
-    /// confirmed or replaced from `bench_fp8_gemv_27b` (every variant per shape); this function
-    /// is the whole rule.
     pub fn for_shape(rows: usize, _cols: usize) -> Fp8Row1 {
-        if rows <= FEW_ROWS {
-            Fp8Row1::Warp2
-        } else if (WARP8_MIN_ROWS..WARP8_END_ROWS).contains(&rows) {
+        if (WARP8_MIN_ROWS..WARP8_END_ROWS).contains(&rows) {
             Fp8Row1::Warp8
         } else {
             Fp8Row1::Warp4
         }
     }
 }
-
-/// The most rows for which [`Fp8Row1::for_shape`] takes the 2-row warp kernel (a prediction:
-/// see there).
-const FEW_ROWS: usize = 6 * 1024;
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -129,7 +99,7 @@ static ROW1: AtomicU8 = AtomicU8::new(0);
 static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
 
 /// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
-/// warp4|warp8|split2|split4|warp2|warp1|pair2 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|split2|split4 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
 fn forced_row1() -> Option<Fp8Row1> {
     let v = match ROW1.load(Relaxed) {
@@ -474,7 +444,7 @@ mod tests {
 
     #[test]
     fn row1_variant_per_shape_and_by_name() {
-        use Fp8Row1::{Warp2, Warp4, Warp8};
+        use Fp8Row1::{Warp4, Warp8};
         // The FP8 projections of Qwen3.5-27B: MLP gate|up and down, DeltaNet qkv|z and out,
         // attention q|gate|k|v and o.
         let shapes = [
@@ -483,8 +453,8 @@ mod tests {
             (14336, 5120, Warp8),
             (17408, 5120, Warp8),
             (10240, 5120, Warp4),
-            (5120, 17408, Warp2),
-            (5120, 6144, Warp2),
+            (5120, 17408, Warp4),
+            (5120, 6144, Warp4),
         ];
         for (r, c, want) in shapes {
             assert_eq!(Fp8Row1::for_shape(r, c), want, "{r}x{c}");
@@ -512,7 +482,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 6 * Fp8Row1::ALL.len());
+        assert_eq!(seen.len(), 24);
     }
 
     #[test]

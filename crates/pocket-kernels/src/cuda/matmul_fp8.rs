@@ -118,9 +118,6 @@ impl Fp8Kernel {
                             Fp8Row1::Warp8 => concat!("gemv_fp8_", $f, "_n1w8", $b),
                             Fp8Row1::Split2 => concat!("gemv_fp8_", $f, "_n1k2", $b),
                             Fp8Row1::Split4 => concat!("gemv_fp8_", $f, "_n1k4", $b),
-                            Fp8Row1::Warp2 => concat!("gemv_fp8_", $f, "_n1w2", $b),
-                            Fp8Row1::Warp1 => concat!("gemv_fp8_", $f, "_n1w1", $b),
-                            Fp8Row1::Pair2 => concat!("gemv_fp8_", $f, "_n1h2", $b),
                         }
                     };
                 }

@@ -46,10 +46,6 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     // the `_bits` decode of all four.
     (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
-    // The finer one-row groups (same template): one warp per 2 / 1 rows, two warps per 2 rows.
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1w2"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1w1"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1h2"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
     (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
