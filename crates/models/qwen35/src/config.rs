@@ -1,10 +1,29 @@
 //! Qwen3.5 text hyper-parameters, from a Hugging Face `config.json` (`qwen3_5` with a
-//! `text_config`, or `qwen3_5_text`) or from llama.cpp's `qwen35` GGUF metadata.
+//! `text_config`, or `qwen3_5_text`) or from llama.cpp's `qwen35` GGUF metadata, the checkpoint
+//! quantization check and the load options.
 
 use pocket_formats::{GgufMetadata, ModelConfig};
 use pocket_kernels::rope::{RopeConfig, RopeLayout, RopeScaling};
 use pocket_layers::{LayerError, Result};
 use serde_json::Value;
+
+/// Options that shape a load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Longest sequence the engine will run (sizes the RoPE table); capped at the model's context.
+    pub max_seq_len: usize,
+    /// Sequences that can hold recurrent state at once (slots of the state cache).
+    pub max_seqs: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            max_seq_len: 8192,
+            max_seqs: 16,
+        }
+    }
+}
 
 /// The token mixer of one layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,4 +272,28 @@ fn interval_schedule(n: usize, every: usize) -> Result<Vec<LayerKind>> {
             }
         })
         .collect())
+}
+
+/// Accepts unquantized checkpoints and Qwen's FP8 layout (E4M3, 128x128 blocks); rejects others
+/// with the reason.
+pub(crate) fn check_quantization(c: &ModelConfig) -> Result<()> {
+    let Some(q) = c.get("quantization_config") else {
+        return Ok(());
+    };
+    let method = q.get("quant_method").and_then(|v| v.as_str()).unwrap_or("");
+    if method != "fp8" {
+        return Err(LayerError::Config(format!(
+            "quantization method `{method}` is not supported (fp8 with 128x128 blocks is)"
+        )));
+    }
+    let block: Option<Vec<u64>> = q
+        .get("weight_block_size")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
+    if block.as_deref() != Some(&[128, 128][..]) {
+        return Err(LayerError::Config(format!(
+            "fp8 weight_block_size {block:?} is not supported (only [128, 128])"
+        )));
+    }
+    Ok(())
 }

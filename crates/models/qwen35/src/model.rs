@@ -17,27 +17,11 @@ use pocket_layers::{
     SeqId, StateBatch, StateCache, StateCacheConfig,
 };
 
-use crate::config::{LayerKind, Qwen35Config};
+pub use crate::config::LoadOptions;
+
+use crate::config::{check_quantization, LayerKind, Qwen35Config};
 use crate::load::{Loader, Naming, Part};
 use pocket_layers::{Attention, AttentionScratch};
-
-/// Options that shape a load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LoadOptions {
-    /// Longest sequence the engine will run (sizes the RoPE table); capped at the model's context.
-    pub max_seq_len: usize,
-    /// Sequences that can hold recurrent state at once (slots of the state cache).
-    pub max_seqs: usize,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            max_seq_len: 8192,
-            max_seqs: 16,
-        }
-    }
-}
 
 /// A block's token mixer.
 enum Mixer {
@@ -485,30 +469,6 @@ impl Qwen35Model {
 
 fn scratch_missing(l: usize) -> LayerError {
     LayerError::Config(format!("layer {l}: no workspace for its mixer"))
-}
-
-/// Accepts unquantized checkpoints and Qwen's FP8 layout (E4M3, 128x128 blocks); rejects others
-/// with the reason.
-fn check_quantization(c: &pocket_formats::ModelConfig) -> Result<()> {
-    let Some(q) = c.get("quantization_config") else {
-        return Ok(());
-    };
-    let method = q.get("quant_method").and_then(|v| v.as_str()).unwrap_or("");
-    if method != "fp8" {
-        return Err(LayerError::Config(format!(
-            "quantization method `{method}` is not supported (fp8 with 128x128 blocks is)"
-        )));
-    }
-    let block: Option<Vec<u64>> = q
-        .get("weight_block_size")
-        .and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect());
-    if block.as_deref() != Some(&[128, 128][..]) {
-        return Err(LayerError::Config(format!(
-            "fp8 weight_block_size {block:?} is not supported (only [128, 128])"
-        )));
-    }
-    Ok(())
 }
 
 impl Model for Qwen35Model {
