@@ -314,7 +314,8 @@ impl Attention {
         view(&mut s.q, &[rows, h, hd])?;
         fit(dev, &mut s.q, n)?;
         let (kc, vc) = cache.layer_mut(self.cache_layer)?;
-        match &self.qkv {
+        // The projection(s) first; then one op call for either source.
+        let (src, bias) = match &self.qkv {
             QkvProj::Fused(w) => {
                 let width = qw + 2 * kw;
                 let fused = &mut s.fused;
@@ -322,19 +323,7 @@ impl Attention {
                 fit(dev, fused, n)?;
                 dev.matmul(x, &w.weight, fused)?;
                 let bias = w.bias.as_ref().map_or(QkvBias::None, QkvBias::Stacked);
-                dev.qkv_norm_rope_kv_write(
-                    QkvSource::Stacked(fused),
-                    bias,
-                    &qp,
-                    norm,
-                    &batch.positions,
-                    rope,
-                    &mut s.q,
-                    gate,
-                    kc,
-                    vc,
-                    &batch.meta,
-                )?;
+                (QkvSource::Stacked(fused), bias)
             }
             QkvProj::Separate { q, k, v } => {
                 // Projection rows without their bias (the op adds it): the query rows go to the
@@ -356,25 +345,27 @@ impl Attention {
                     k: k.bias.as_ref(),
                     v: v.bias.as_ref(),
                 };
-                dev.qkv_norm_rope_kv_write(
-                    QkvSource::Separate {
-                        q: q_rows,
-                        k: &s.k,
-                        v: &s.v,
-                    },
-                    bias,
-                    &qp,
-                    norm,
-                    &batch.positions,
-                    rope,
-                    &mut s.q,
-                    gate,
-                    kc,
-                    vc,
-                    &batch.meta,
-                )?;
+                let src = QkvSource::Separate {
+                    q: q_rows,
+                    k: &s.k,
+                    v: &s.v,
+                };
+                (src, bias)
             }
-        }
+        };
+        dev.qkv_norm_rope_kv_write(
+            src,
+            bias,
+            &qp,
+            norm,
+            &batch.positions,
+            rope,
+            &mut s.q,
+            gate,
+            kc,
+            vc,
+            &batch.meta,
+        )?;
         self.attend(dev, &batch.meta, cache, s, out, then)
     }
 
