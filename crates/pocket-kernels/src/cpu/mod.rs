@@ -386,8 +386,19 @@ impl Backend for CpuBackend {
         v_cache: &mut Tensor,
         meta: &AttentionMeta,
     ) -> Result<()> {
-        qkv_rope::qkv_rope_kv_write(
-            src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
+        // The norm op without norms or a gate output is this op.
+        self.qkv_norm_rope_kv_write(
+            src,
+            bias,
+            params,
+            crate::qkv_rope::QkNorm::default(),
+            positions,
+            rope,
+            q_out,
+            None,
+            k_cache,
+            v_cache,
+            meta,
         )
     }
 

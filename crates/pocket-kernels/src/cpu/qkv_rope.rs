@@ -43,34 +43,6 @@ fn gather(
     Ok(())
 }
 
-/// See [`crate::Backend::qkv_rope_kv_write`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn qkv_rope_kv_write(
-    src: QkvSource<'_>,
-    bias: QkvBias<'_>,
-    p: &QkvRopeParams,
-    positions: &Tensor,
-    rope: &DeviceRope,
-    q_out: &mut Tensor,
-    k_cache: &mut Tensor,
-    v_cache: &mut Tensor,
-    meta: &AttentionMeta,
-) -> Result<()> {
-    qkv_norm_rope_kv_write(
-        src,
-        bias,
-        p,
-        QkNorm::default(),
-        positions,
-        rope,
-        q_out,
-        None,
-        k_cache,
-        v_cache,
-        meta,
-    )
-}
-
 /// `x = rms_norm(x)` over rows of `head_dim`, through the op's own function (`x` is copied first:
 /// `rms_norm` reads and writes distinct tensors).
 fn norm_heads(x: &mut Tensor, rows: usize, head_dim: usize, w: &Tensor, eps: f32) -> Result<()> {

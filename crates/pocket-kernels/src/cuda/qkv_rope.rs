@@ -52,35 +52,6 @@ fn int(v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| shape_err(OP, format!("{v} exceeds i32")))
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn qkv_rope_kv_write(
-    be: &CudaBackend,
-    src: QkvSource<'_>,
-    bias: QkvBias<'_>,
-    p: &QkvRopeParams,
-    positions: &Tensor,
-    rope: &DeviceRope,
-    q_out: &mut Tensor,
-    k_cache: &mut Tensor,
-    v_cache: &mut Tensor,
-    meta: &AttentionMeta,
-) -> Result<()> {
-    qkv_norm_rope_kv_write(
-        be,
-        src,
-        bias,
-        p,
-        QkNorm::default(),
-        positions,
-        rope,
-        q_out,
-        None,
-        k_cache,
-        v_cache,
-        meta,
-    )
-}
-
 /// Threads per block of the QK-norm kernel: one per element pair of a head, rounded up to a warp.
 fn norm_block(head_dim: usize) -> Result<u32> {
     let t = (head_dim / 2).next_multiple_of(32);
