@@ -9,59 +9,19 @@
 //! graph. Without a GPU the CUDA half is skipped with a message.
 
 use pocket_kernels::recurrent::{BaInputs, ColumnRange, DeltaNetDecodeInputs, WeightRows};
-use pocket_kernels::{
-    DType, DeltaRuleParams, Device, HeadGrouping, HostBytes, RecurrentMeta, Tensor, Weight,
-};
+use pocket_kernels::{DType, DeltaRuleParams, Device, HeadGrouping, HostBytes, Tensor, Weight};
 use pocket_quant::{GgmlType, QuantFormat};
 
 #[path = "deltanet_decode_cases/in_ba.rs"]
 mod in_ba;
 use in_ba::{ba_rows, ba_weight_bytes, ba_weights, BaWeights};
 
-/// A small deterministic generator (xorshift64*), values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+mod deltanet_common;
+use deltanet_common::{meta, Layer, Rng};
 
 const KERNEL: usize = 4;
 const SLOTS: usize = 9;
 const NORM_EPS: f32 = 1e-6;
-
-fn meta(d: &Device, lens: &[usize], slots: &[u32], has: &[u32]) -> RecurrentMeta {
-    let mut qs = vec![0u32];
-    for l in lens {
-        qs.push(qs.last().unwrap() + *l as u32);
-    }
-    RecurrentMeta {
-        query_start: d.upload_u32(&qs, &[qs.len()]).unwrap(),
-        state_slots: d.upload_u32(slots, &[slots.len()]).unwrap(),
-        has_state: d.upload_u32(has, &[has.len()]).unwrap(),
-        num_seqs: lens.len(),
-        max_rows: lens.iter().copied().max().unwrap_or(0),
-    }
-}
-
-/// One device's copy of a layer's weights and state pools.
-struct Layer {
-    d: Device,
-    conv_w: Tensor,
-    a_neg: Tensor,
-    dt_bias: Tensor,
-    norm_w: Tensor,
-    conv_state: Tensor,
-    state: Tensor,
-}
 
 /// Host inputs of one step: the stacked projection rows `[q|k|v|z]` and `[b|a]`.
 struct Step {
