@@ -371,10 +371,20 @@ pub trait Backend: Send + Sync {
         v_cache: &mut Tensor,
         meta: &AttentionMeta,
     ) -> Result<()> {
-        let _ = (
-            src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
-        );
-        Err(unsupported(self, "qkv_rope_kv_write"))
+        // The norm op without norms or a gate output is this op (backends implement that one).
+        self.qkv_norm_rope_kv_write(
+            src,
+            bias,
+            params,
+            QkNorm::default(),
+            positions,
+            rope,
+            q_out,
+            None,
+            k_cache,
+            v_cache,
+            meta,
+        )
     }
 
     /// [`Backend::qkv_rope_kv_write`] for Qwen3 / Qwen3.5 attention: after the bias, each head of
@@ -382,7 +392,8 @@ pub trait Backend: Send + Sync {
     /// then rotated; with `gate_out` (`[n, heads * head_dim]`, needs `q_head_stride == 2 *
     /// head_dim`) the gate half of each `[query | gate]` head (+ its bias) is copied there, for
     /// [`Backend::attention_gated`]. Equals split + bias + `split_halves` + `rms_norm` x2 + `rope`
-    /// x2 + `kv_write` (CUDA: one launch). The default runs only the plain case.
+    /// x2 + `kv_write` (CUDA: one launch). Backends that have the one-pass input implement this
+    /// op (the plain [`Backend::qkv_rope_kv_write`] forwards here); the default is unsupported.
     #[allow(clippy::too_many_arguments)]
     fn qkv_norm_rope_kv_write(
         &self,
@@ -398,11 +409,9 @@ pub trait Backend: Send + Sync {
         v_cache: &mut Tensor,
         meta: &AttentionMeta,
     ) -> Result<()> {
-        if norm.is_none() && gate_out.is_none() {
-            return self.qkv_rope_kv_write(
-                src, bias, params, positions, rope, q_out, k_cache, v_cache, meta,
-            );
-        }
+        let _ = (
+            src, bias, params, norm, positions, rope, q_out, gate_out, k_cache, v_cache, meta,
+        );
         Err(unsupported(self, "qkv_norm_rope_kv_write"))
     }
 

@@ -374,34 +374,6 @@ impl Backend for CpuBackend {
         split::silu_mul_halves(x, out)
     }
 
-    fn qkv_rope_kv_write(
-        &self,
-        src: crate::QkvSource<'_>,
-        bias: crate::QkvBias<'_>,
-        params: &crate::QkvRopeParams,
-        positions: &Tensor,
-        rope: &DeviceRope,
-        q_out: &mut Tensor,
-        k_cache: &mut Tensor,
-        v_cache: &mut Tensor,
-        meta: &AttentionMeta,
-    ) -> Result<()> {
-        // The norm op without norms or a gate output is this op.
-        self.qkv_norm_rope_kv_write(
-            src,
-            bias,
-            params,
-            crate::qkv_rope::QkNorm::default(),
-            positions,
-            rope,
-            q_out,
-            None,
-            k_cache,
-            v_cache,
-            meta,
-        )
-    }
-
     fn qkv_norm_rope_kv_write(
         &self,
         src: crate::QkvSource<'_>,
