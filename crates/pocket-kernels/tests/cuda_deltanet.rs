@@ -10,7 +10,7 @@
 use pocket_kernels::{DType, DeltaRuleParams, Device, DeviceKind, HeadGrouping};
 
 mod deltanet_common;
-use deltanet_common::{meta, Layer, Rng};
+use deltanet_common::{assert_close, meta, Layer, Rng};
 
 /// Host inputs of one step: the mixed qkv rows (pre-conv), alpha, b and the norm gate.
 struct Step {
@@ -56,19 +56,6 @@ fn step(l: &mut Layer, s: &Step, p: &DeltaRuleParams, chunked: bool) -> Vec<f32>
     d.gated_rms_norm(&out, &z, &l.norm_w, 1e-6, &mut normed)
         .unwrap();
     d.read_f32(&normed).unwrap()
-}
-
-/// Both sides are f32 evaluations of the same maths in different orders (the GPU's prefill is the
-/// chunked WY/UT form too from 32 rows, with other summation orders, else a token scan); each stays within 1e-4 of the f64 reference in
-/// tests/ops_deltanet.rs, so they may differ by twice that.
-fn assert_close(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 2e-4 * (1.0 + w.abs()),
-            "{what}[{i}]: cuda {g}, cpu {w}"
-        );
-    }
 }
 
 fn case(p: DeltaRuleParams, seed: u64) {

@@ -17,7 +17,7 @@ mod in_ba;
 use in_ba::{ba_rows, ba_weight_bytes, ba_weights, BaWeights};
 
 mod deltanet_common;
-use deltanet_common::{meta, Layer, Rng};
+use deltanet_common::{assert_close, meta, Layer, Rng};
 
 const KERNEL: usize = 4;
 const SLOTS: usize = 9;
@@ -140,21 +140,6 @@ fn unfused(l: &mut Layer, s: &Step, p: &DeltaRuleParams) -> Vec<f32> {
     d.read_f32(&normed).unwrap()
 }
 
-/// CUDA against the CPU: both are f32 evaluations of the same formulas with different summation
-/// orders (the 128-term dot products of the delta rule and the norms are reduced in another
-/// grouping on the GPU; `expf`/`rsqrtf` differ from the CPU's by an ulp or two) and the state is
-/// carried over the steps, so differences compound. The unfused CUDA ops are held to this same
-/// bound against the CPU in cuda_deltanet.rs (each side within 1e-4 of an f64 reference).
-fn assert_close(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 2e-4 * (1.0 + w.abs()),
-            "{what}[{i}]: got {g}, reference {w}"
-        );
-    }
-}
-
 fn layer(d: Device, p: &DeltaRuleParams, rng: &mut Rng) -> Layer {
     let (w, hv) = (p.qkv_width(), p.v_heads);
     let conv_w = rng.vec(w * KERNEL);
@@ -249,17 +234,7 @@ fn case_with(p: DeltaRuleParams, seed: u64, steps: fn(&DeltaRuleParams, &mut Rng
                 let want = unfused(&mut reference, s, &p);
                 let got = fused(&mut l, s, &p, stacked);
                 let what = format!("{} {layout} step {i}", dev.name());
-                let states = [&reference, &l]
-                    .map(|l| [&l.conv_state, &l.state].map(|t| l.d.read_f32(t).unwrap()));
-                if dev.name() == Device::cpu().name() {
-                    // The default op is the composition: the same ops on the same data.
-                    assert_eq!(got, want, "{what}: output");
-                    assert_eq!(states[1], states[0], "{what}: state");
-                } else {
-                    assert_close(&format!("{what} output"), &got, &want);
-                    assert_close(&format!("{what} conv state"), &states[1][0], &states[0][0]);
-                    assert_close(&format!("{what} delta state"), &states[1][1], &states[0][1]);
-                }
+                check_step(&what, &dev, &got, &want, &l, &reference);
             }
             if dev.name() == Device::cpu().name() {
                 eprintln!("{layout}: {} fused == composed", dev.name());
@@ -467,4 +442,21 @@ fn fused_decode_matches_unfused_more_value_heads_than_threads() {
         },
         13,
     );
+}
+
+/// One decode step's output and both states (`l`, after the op on `dev`) against the reference
+/// layer's: equal on the CPU, whose default op is the composition of the same ops on the same
+/// data (with in_ba inside: the same matmul, a row's dot not depending on the rows around it);
+/// within [`assert_close`] on the GPU.
+fn check_step(what: &str, dev: &Device, got: &[f32], want: &[f32], l: &Layer, reference: &Layer) {
+    let states =
+        [reference, l].map(|l| [&l.conv_state, &l.state].map(|t| l.d.read_f32(t).unwrap()));
+    if dev.name() == Device::cpu().name() {
+        assert_eq!(got, want, "{what}: output");
+        assert_eq!(states[1], states[0], "{what}: state");
+    } else {
+        assert_close(&format!("{what} output"), got, want);
+        assert_close(&format!("{what} conv state"), &states[1][0], &states[0][0]);
+        assert_close(&format!("{what} delta state"), &states[1][1], &states[0][1]);
+    }
 }

@@ -1,5 +1,6 @@
 //! Scaffolding shared by the Gated DeltaNet CUDA tests (cuda_deltanet.rs, cuda_deltanet_decode.rs):
-//! the generator, the recurrent batch metadata and one device's copy of a layer.
+//! the generator, the recurrent batch metadata, one device's copy of a layer and the CUDA-vs-CPU
+//! bound.
 
 use pocket_kernels::{Device, RecurrentMeta, Tensor};
 
@@ -44,4 +45,19 @@ pub struct Layer {
     pub norm_w: Tensor,
     pub conv_state: Tensor,
     pub state: Tensor,
+}
+
+/// CUDA against the CPU: both are f32 evaluations of the same formulas in different summation
+/// orders (the delta rule's 128-term dots and the norms reduced in another grouping on the GPU;
+/// the GPU prefill is the chunked WY/UT form from 32 rows; `expf`/`rsqrtf` an ulp or two off the
+/// CPU's), with the state carried over steps; each side stays within 1e-4 of the f64 reference
+/// in tests/ops_deltanet.rs, so they may differ by twice that.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 2e-4 * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, reference {w}"
+        );
+    }
 }

@@ -110,18 +110,7 @@ fn case_proj(p: DeltaRuleParams, hidden: usize, fmt: GgmlType, seed: u64) {
                 (l.conv_state, l.state) = (cs, st);
                 let got = d.read_f32(&out).unwrap();
                 let what = format!("{} {fmt:?} {layout} in_ba step {i}", dev.name());
-                let states = [&reference, &l]
-                    .map(|l| [&l.conv_state, &l.state].map(|t| l.d.read_f32(t).unwrap()));
-                if dev.name() == Device::cpu().name() {
-                    // The default op: the same matmul (one weight row's dot does not depend on
-                    // the rows around it), then the composition.
-                    assert_eq!(got, want, "{what}: output");
-                    assert_eq!(states[1], states[0], "{what}: state");
-                } else {
-                    assert_close(&format!("{what} output"), &got, &want);
-                    assert_close(&format!("{what} conv state"), &states[1][0], &states[0][0]);
-                    assert_close(&format!("{what} delta state"), &states[1][1], &states[0][1]);
-                }
+                check_step(&what, &dev, &got, &want, &l, &reference);
             }
             eprintln!(
                 "{fmt:?} {layout} in_ba: {} matches the CPU (projection in the kernel: {in_kernel})",
