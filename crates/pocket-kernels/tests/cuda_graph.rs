@@ -38,16 +38,8 @@ fn decode_step_graph_replays_like_eager() {
             "{fmt:?}: eager logits not finite"
         );
         // Poison the logits so the replay must write them.
-        be.write_f32(
-            &mut st.logits,
-            &vec![f32::NAN; eager.len()],
-            &[1, eager.len()],
-        )
-        .unwrap();
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let graph = be.end_capture().unwrap();
+        st.poison_logits(&be);
+        let graph = st.capture(&be);
         graph.replay().unwrap();
         be.synchronize().unwrap();
         let replayed = be.read_f32(&st.logits).unwrap();
@@ -122,17 +114,9 @@ fn pdl_decode_step_matches_plain_launches() {
             );
         }
 
-        // Capture with PDL on; the graph must hold programmatic edges.
-        be.write_f32(
-            &mut st.logits,
-            &vec![f32::NAN; plain.len()],
-            &[1, plain.len()],
-        )
-        .unwrap();
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let graph = be.end_capture().unwrap();
+        // Capture with PDL on (logits poisoned); the graph must hold programmatic edges.
+        st.poison_logits(&be);
+        let graph = st.capture(&be);
         let (programmatic, edges) = graph.edge_counts().unwrap();
         eprintln!("{label}: PDL graph has {programmatic} programmatic of {edges} edges");
         assert!(
@@ -151,9 +135,7 @@ fn pdl_decode_step_matches_plain_launches() {
 
         // Without PDL a capture has no programmatic edge.
         be.set_pdl(false);
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let plain_graph = be.end_capture().unwrap();
+        let plain_graph = st.capture(&be);
         assert_eq!(plain_graph.edge_counts().unwrap().0, 0, "{label}");
         plain_graph.replay().unwrap();
         assert_eq!(be.read_f32(&st.logits).unwrap(), plain, "{label}");
@@ -175,10 +157,7 @@ fn a_capture_without_warm_up_owns_the_scratch_it_allocates() {
         }
     };
     let mut st = Step::new(&be, MEDIUM, GgmlType::Q4_0, GgmlType::Q6_K, 40);
-    be.synchronize().unwrap();
-    be.begin_capture().unwrap();
-    st.run(&be);
-    let graph = be.end_capture().unwrap();
+    let graph = st.capture(&be);
     // 256 B to 32 KiB in 256-byte steps: every class the step's small scratch can fall in.
     let canaries: Vec<_> = (1..=128usize)
         .map(|i| {
@@ -244,10 +223,7 @@ fn l2_prefetch_keeps_decode_logits_and_graph_edges() {
         st.run(&be);
         let plain = be.read_f32(&st.logits).unwrap();
         assert!(plain.iter().all(|v| v.is_finite()), "{label}: not finite");
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let off_graph = be.end_capture().unwrap();
+        let off_graph = st.capture(&be);
 
         // A small budget and piece so a prefetch spans several blocks even at this size.
         be.set_l2_prefetch(true);
@@ -261,16 +237,9 @@ fn l2_prefetch_keeps_decode_logits_and_graph_edges() {
                 "{label}: eager step with the L2 prefetch differs"
             );
         }
-        be.write_f32(
-            &mut st.logits,
-            &vec![f32::NAN; plain.len()],
-            &[1, plain.len()],
-        )
-        .unwrap();
-        be.synchronize().unwrap();
-        be.begin_capture().unwrap();
-        st.run(&be);
-        let graph = be.end_capture().unwrap();
+        // Poison the logits so the replay must write them.
+        st.poison_logits(&be);
+        let graph = st.capture(&be);
         for i in 0..10 {
             graph.replay().unwrap();
             assert_eq!(

@@ -288,6 +288,26 @@ impl Step {
         }
     }
 
+    /// Writes NaN over the logits, so a replay that does not write them fails the comparison.
+    #[allow(dead_code)]
+    pub fn poison_logits(&mut self, be: &dyn Backend) {
+        let n = self.logits.numel();
+        be.write_f32(&mut self.logits, &vec![f32::NAN; n], &[1, n])
+            .unwrap();
+    }
+
+    /// Captures one step as a graph (after a synchronize).
+    #[allow(dead_code)]
+    pub fn capture(
+        &mut self,
+        be: &pocket_kernels::cuda::CudaBackend,
+    ) -> pocket_kernels::cuda::graph::StepGraph {
+        be.synchronize().unwrap();
+        be.begin_capture().unwrap();
+        self.run(be);
+        be.end_capture().unwrap()
+    }
+
     /// Enqueues one decode step (no host synchronization).
     pub fn run(&mut self, be: &dyn Backend) {
         let s = self.shape;
