@@ -2,12 +2,7 @@
 // the delta-rule gates, the gated delta rule itself, the gated RMSNorm, the half split and the
 // sigmoid gate. crates/pocket-kernels/src/recurrent.rs has the varlen / state-slot contract; the
 // host validates the metadata from its u32 shadows before launching, so kernels trust it.
-#include "common.cuh"
-
-DEVI float silu_f(float x) { return x / (1.f + expf(-x)); }
-DEVI float sigmoid_f(float x) { return 1.f / (1.f + expf(-x)); }
-// torch's softplus (beta 1, threshold 20: linear above it).
-DEVI float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+#include "gate_math.cuh"
 
 // ---- causal conv1d + SiLU -----------------------------------------------------------------------
 // One thread per (sequence, channel), grid (ceil(C / blockDim), num_seqs). The thread keeps the

@@ -51,12 +51,7 @@
 // consecutive chunks span at most two rows when hidden >= 256, more in small test models), added
 // by lane 0 per pass in order, and the nwarps partials summed in warp order: deterministic, f32
 // throughout.
-#include "common.cuh"
-
-DEVI float fd_silu(float x) { return x / (1.f + expf(-x)); }
-DEVI float fd_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-// torch's softplus (beta 1, threshold 20: linear above it), as deltanet.cu.
-DEVI float fd_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+#include "gate_math.cuh"
 
 // Longest conv kernel (as CONV_MAX_K in deltanet.cu) and state rows per thread.
 #define FD_MAX_K 8
@@ -285,7 +280,7 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
 #pragma unroll
         for (int j = 0; j < FD_MAX_K; j++)
             if (j <= win) acc += taps[c * K + j] * (j < win ? hist[j] : xv);
-        xc[c] = fd_silu(acc);
+        xc[c] = silu_f(acc);
         bool staged = stage && c < 2 * dk;
 #pragma unroll
         for (int j = 0; j < FD_MAX_K - 1; j++) {
@@ -316,9 +311,9 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
             bv = bsrc[(size_t)r0 * b_stride + h];
             av = asrc[(size_t)r0 * a_stride + h];
         }
-        float g = a_neg[h] * fd_softplus(av + dt_bias[h]);
+        float g = a_neg[h] * softplus_f(av + dt_bias[h]);
         gate[2 * t] = expf(g);
-        gate[2 * t + 1] = fd_sigmoid(bv);
+        gate[2 * t + 1] = sigmoid_f(bv);
     }
     __syncthreads();
     // Every thread's reads of the old window are consumed: arrive (the count is used at the end).
@@ -403,7 +398,7 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         ss = lane < nwarps ? part[lane] : 0.f;
         ss = warp_sum(ss);
         float inv = rsqrtf(ss / (float)dv + norm_eps);
-        if (tid < dv) out[(size_t)r0 * hv * dv + (size_t)h * dv + tid] = o * inv * nw * fd_silu(zs[t * dv + tid]);
+        if (tid < dv) out[(size_t)r0 * hv * dv + (size_t)h * dv + tid] = o * inv * nw * silu_f(zs[t * dv + tid]);
     }
     if (stage) {
         // The group's last block writes the new q/k window (nwin was written before the head

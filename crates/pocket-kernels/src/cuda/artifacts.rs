@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "cebbb7b7ac0062d48ca849f954a23ab1cc2f365de4d0f807f9cc718f644846fb";
+    "49883d0d2d8f8a73912520c3923db9f9d026a837d8ec9dab1bb4bb5ac24f04de";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
