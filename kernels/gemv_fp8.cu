@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "common.cuh"
+#include "rms_fold.cuh"
 
 #define FP8_NB_WARPS 4
 #define FP8_NB_ROWS 4
@@ -175,12 +176,13 @@ __device__ __forceinline__ float dot16(uint4 q, const float* xv) {
 // dot of x with NR weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced
 // over the group). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
 // row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
-// gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x.
-template <int E5M2, bool TILED, int DEC, int NR, int NS, int T, int U>
+// gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
+// after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh).
+template <int E5M2, bool TILED, int DEC, int NR, int NS, int T, int U, class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
                                                 const float* __restrict__ x, int nch, int gt,
-                                                float (&acc)[NR]) {
+                                                float (&acc)[NR], AfterWait after_wait) {
     static_assert(NR % NS == 0, "equal scale sets");
     constexpr int STEP = T * U;  // chunks per row per step
     constexpr int PER = NR / NS;
@@ -206,6 +208,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     }
     // The activation is the previous kernel's output: read it only after the wait.
     pdl_wait();
+    after_wait();
     for (int c0 = gt; c0 < nch; c0 += STEP) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -236,17 +239,20 @@ template <int E5M2, bool TILED, int DEC, int R, int T, int U>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
                                               const float* __restrict__ x,
-                                              float* __restrict__ out, int rows, int cols) {
+                                              float* __restrict__ out, int rows, int cols,
+                                              const RmsFold& f) {
     static_assert(T % 32 == 0 && FP8R_THREADS % T == 0 && 128 % R == 0, "row group shape");
     // `part` below is per block: a group of several warps must be the whole block.
     static_assert(T == 32 || T == FP8R_THREADS, "multi-warp groups span the block");
     constexpr int NW = T / 32;     // warps per row group
     __shared__ float part[NW][R];  // only T > 32
+    __shared__ float fold_sh[1];
     const int tid = threadIdx.x, lane = tid & 31;
     const int gt = tid % T;
     const int row0 = (blockIdx.x * (FP8R_THREADS / T) + tid / T) * R;
     // A whole group past the last row (only T = 32: the grid is ceil(rows / rows per block),
-    // and a 128-thread group is the block) has nothing to do and no barrier to reach.
+    // and a 128-thread group is the block) has nothing to do and no barrier to reach. With a
+    // fold (T = 32 only) the host launches whole blocks, so every warp reaches the barriers.
     if (row0 >= rows) return;
     const int nch = cols >> 4;
     const uint4* wr[R];
@@ -257,16 +263,27 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     }
     const float* srow[1] = {TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr};
     float acc[R];
-    row1_accumulate<E5M2, TILED, DEC, R, 1, T, U>(wr, srow, x, nch, gt, acc);
+    float ss_in = 0.f;
+    row1_accumulate<E5M2, TILED, DEC, R, 1, T, U>(wr, srow, x, nch, gt, acc, [&] {
+        if (NW == 1 && f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
+    });
     pdl_trigger();
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
     if (NW == 1) {
-        if (lane == 0) {
+        // Butterfly sums: every lane holds every row's total; lane r < R takes row row0 + r.
+        float v = 0.f;
 #pragma unroll
-            for (int r = 0; r < R; r++)
-                if (row0 + r < rows) out[row0 + r] = TILED ? acc[r] : acc[r] * tscale;
+        for (int r = 0; r < R; r++)
+            if (lane == r) v = TILED ? acc[r] : acc[r] * tscale;
+        const bool mine = lane < R && row0 + lane < rows;
+        if (f.parts_in) {
+            const float rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
+            v *= rs;
+            rms_fold_materialize(x, rs, cols, f);
         }
+        if (mine) out[row0 + lane] = v;
+        if (f.res) rms_fold_produce(v, mine, row0 + lane, f);
     } else {
         if (lane == 0) {
 #pragma unroll
@@ -294,11 +311,14 @@ template <int E5M2, bool TILED, int R, int U>
 __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w,
                                                    const float* __restrict__ sc, float tscale,
                                                    const float* __restrict__ x,
-                                                   float* __restrict__ out, int inter, int cols) {
+                                                   float* __restrict__ out, int inter, int cols,
+                                                   const RmsFold& f) {
     static_assert(128 % R == 0 && R <= 32, "row group shape");
     const int lane = threadIdx.x & 31;
     const int o0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * R;
-    if (o0 >= inter) return;  // a whole warp past the end: no barrier below
+    // A whole warp past the end has no barrier below (with a fold the host launches whole
+    // blocks, so none is past it).
+    if (o0 >= inter) return;
     const int nch = cols >> 4;
     const uint4* wr[2 * R];
 #pragma unroll
@@ -312,16 +332,29 @@ __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w
     const float* srow[2] = {TILED ? sc + (size_t)(o0 >> 7) * tcols : nullptr,
                             TILED ? sc + (size_t)((o0 + inter) >> 7) * tcols : nullptr};
     float acc[2 * R];
-    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, 32, U>(wr, srow, x, nch, lane, acc);
+    float ss_in = 0.f;
+    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, 32, U>(wr, srow, x, nch, lane, acc, [&] {
+        if (f.parts_in && threadIdx.x < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
+    });
     pdl_trigger();
     // Butterfly sums: every lane holds every row's total; lane r writes output r.
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) acc[r] = warp_sum(acc[r]);
+    float rs = 1.f;
+    if (f.parts_in) {
+        __shared__ float fold_sh[1];
+        rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
+        rms_fold_materialize(x, rs, cols, f);
+    }
 #pragma unroll
     for (int r = 0; r < R; r++) {
         if (lane == r && o0 + r < inter) {
-            const float a = TILED ? acc[r] : acc[r] * tscale;
-            const float u = TILED ? acc[R + r] : acc[R + r] * tscale;
+            float a = TILED ? acc[r] : acc[r] * tscale;
+            float u = TILED ? acc[R + r] : acc[R + r] * tscale;
+            if (f.parts_in) {
+                a *= rs;
+                u *= rs;
+            }
             out[o0 + r] = a / (1.f + expf(-a)) * u;
         }
     }
@@ -480,8 +513,8 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 #define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, T, U, MINB)                                  \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m) {                        \
-        gemv_fp8_row1<e5m2, tiled, dec, R, T, U>(w, sc, tscale, x, out, rows, cols);           \
+                                float* out, int rows, int cols, int m, RmsFold f) {             \
+        gemv_fp8_row1<e5m2, tiled, dec, R, T, U>(w, sc, tscale, x, out, rows, cols, f);        \
     }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 32, 2, 6)                                      \
@@ -494,8 +527,9 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 #define FP8_SILU(name, sfx, e5m2, tiled, R, U, MINB)                                          \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_silu_##name##_##sfx(const uint8_t* w, const float* sc, float tscale,          \
-                                     const float* x, float* out, int inter, int cols) {        \
-        gemv_fp8_silu_row1<e5m2, tiled, R, U>(w, sc, tscale, x, out, inter, cols);             \
+                                     const float* x, float* out, int inter, int cols,          \
+                                     RmsFold f) {                                               \
+        gemv_fp8_silu_row1<e5m2, tiled, R, U>(w, sc, tscale, x, out, inter, cols, f);          \
     }
 #define FP8_SILU_ALL(name, e5m2, tiled)                                                        \
     FP8_SILU(name, gu1, e5m2, tiled, 1, 4, 6)                                                   \

@@ -1,6 +1,7 @@
 // RMSNorm, alone and fused with the residual add. One block per row; rows are `d` long and the
 // tensor holds `rows` of them (per-head QK-norm passes [tokens * heads, head_dim]).
 #include "common.cuh"
+#include "rms_fold.cuh"
 
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024).
 __device__ float block_sum(float v) {
@@ -237,4 +238,15 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     pdl_trigger();
     norm_quant_held(v, wv, ss, orow, d, eps, xq, xd, xs, xqk, xdk, xsk);
+}
+
+// ---- the folded norm's output for a reader that is not a folding GEMV ------------------------
+// normed = xg / rms from the producer GEMV's per-block sums of squares (rms_fold.cuh,
+// cuda/rms_fold.rs), the same values a consumer GEMV's blocks write. Launch: one block.
+extern "C" __global__ void rms_fold_apply(RmsFold f, const float* __restrict__ xg, int d) {
+    __shared__ float sh[1];
+    pdl_wait();
+    pdl_trigger();
+    const float ss = threadIdx.x < 32 ? rms_fold_sum(f.parts_in, f.nparts) : 0.f;
+    rms_fold_materialize(xg, rms_fold_block_scale(ss, d, f.eps, sh), d, f);
 }

@@ -411,7 +411,7 @@ impl Qwen35Model {
             .attn_norm
             .forward(dev, &ws.hidden, &mut ws.normed)?;
         // Mixer + `ffn_norm` into `mid`, MLP + the next `attn_norm` (or final norm) into `normed`;
-        // attention and MLP fold the norm into their last GEMV (DeltaNet not yet).
+        // every block folds the norm into its last GEMV where the device can.
         for (l, b) in self.blocks.iter().enumerate() {
             match &b.mixer {
                 Mixer::Full(a) => {
@@ -434,9 +434,20 @@ impl Qwen35Model {
                 }
                 Mixer::Linear(d) => {
                     let s = ws.deltanet.as_mut().ok_or_else(|| scratch_missing(l))?;
-                    d.forward(dev, &ws.normed, meta, &mut self.states, s, &mut ws.delta)?;
-                    b.ffn_norm
-                        .add_forward(dev, &mut ws.hidden, &ws.delta, &mut ws.mid)?;
+                    let then = ResidualNorm {
+                        norm: &b.ffn_norm,
+                        residual: &mut ws.hidden,
+                        normed: &mut ws.mid,
+                    };
+                    d.forward_add_norm(
+                        dev,
+                        &ws.normed,
+                        meta,
+                        &mut self.states,
+                        s,
+                        &mut ws.delta,
+                        then,
+                    )?;
                 }
             }
             let next = self

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "49883d0d2d8f8a73912520c3923db9f9d026a837d8ec9dab1bb4bb5ac24f04de";
+    "56f07a942879e938cac130d27311fecdcd172321e23c1021b00734483783b416";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -199,8 +199,10 @@ impl Backend for CudaBackend {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err("synchronize", e))?;
-        // The L2 prefetches on the side stream too (cuda/prefetch.rs).
+        // The L2 prefetches on the side stream too (cuda/prefetch.rs), and a pending folded
+        // norm (cuda/rms_fold.rs) so everything queued is done.
         self.l2_prefetch_join()?;
+        super::rms_fold::flush(self)?;
         self.stream
             .synchronize()
             .map_err(|e| cuda_err("synchronize", e))
@@ -486,7 +488,12 @@ impl Backend for CudaBackend {
         eps: f32,
         normed: &mut Tensor,
     ) -> Result<()> {
-        super::gemv_tail::matmul_add_rms_norm(self, x, w, delta, residual, norm_w, eps, normed)?;
+        // One row of FP8 weights: the norm folded into this GEMV and the next (cuda/rms_fold.rs).
+        if !super::rms_fold::produce(self, x, w, delta, residual, norm_w, eps, normed)? {
+            super::gemv_tail::matmul_add_rms_norm(
+                self, x, w, delta, residual, norm_w, eps, normed,
+            )?;
+        }
         // As in `matmul_silu_halves`.
         self.after_decode_gemv(w, x.rows())
     }

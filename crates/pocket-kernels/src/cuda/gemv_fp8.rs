@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::kernels::Kernel;
 use super::matmul_fp8::{prepare, weight_ptrs, Fp8Call, Fp8Kernel, Fp8Kind};
+use super::rms_fold::{self, RmsFoldArgs};
 use super::switch::EnvSwitch;
 use super::CudaBackend;
 use crate::error::shape_err;
@@ -193,7 +194,7 @@ impl CudaBackend {
             return Err(shape_err(OP, format!("x {:?} is not one row", x.shape)));
         }
         let p = prepare(self, OP, kind, x, w, out)?;
-        launch_row1(self, kind, variant, int_decode, &p)
+        launch_row1(self, kind, variant, int_decode, &p, RmsFoldArgs::default())
     }
 }
 
@@ -307,10 +308,7 @@ pub(crate) fn gate_up_silu(
     let (wp, sp) = weight_ptrs(be, OP, kind, w)?;
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
-    let v = variant.unwrap_or_else(|| {
-        let plain = forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(w.rows, w.cols));
-        Fp8GateUp::for_plain(plain, inter)
-    });
+    let v = variant.unwrap_or_else(|| Fp8GateUp::for_plain(row1_variant(w.rows, w.cols), inter));
     if !inter.is_multiple_of(v.outputs_per_warp()) {
         return Err(shape_err(
             OP,
@@ -324,6 +322,11 @@ pub(crate) fn gate_up_silu(
     let per_block = 4 * v.outputs_per_warp();
     let blocks = u32::try_from(inter.div_ceil(per_block))
         .map_err(|_| shape_err(OP, format!("{inter} outputs exceed one grid")))?;
+    // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs); its barriers
+    // need whole blocks.
+    let whole = inter.is_multiple_of(per_block);
+    let (xp, fold) =
+        rms_fold::take_for_consumer(be, xp, w.cols, whole)?.unwrap_or((xp, RmsFoldArgs::default()));
     be.launch(
         OP,
         Kernel::Fp8(Fp8Kernel::SiluRow1(kind, v)),
@@ -336,7 +339,8 @@ pub(crate) fn gate_up_silu(
             xp,
             op,
             inter as i32,
-            w.cols as i32
+            w.cols as i32,
+            fold
         ],
     )
 }
@@ -363,13 +367,35 @@ impl GemvRows {
     }
 }
 
-/// One launch of a one-row GEMV variant.
+/// The one-row variant for a `rows x cols` weight: the forced one, else the per-shape choice.
+pub(crate) fn row1_variant(rows: usize, cols: usize) -> Fp8Row1 {
+    forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols))
+}
+
+/// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
+/// `variant`, whose epilogue also does the fold's residual add and partial sums (`fold`).
+pub(crate) fn launch_row1_fold(
+    be: &CudaBackend,
+    kind: Fp8Kind,
+    variant: Fp8Row1,
+    x: &Tensor,
+    w: &Weight,
+    out: &mut Tensor,
+    fold: RmsFoldArgs,
+) -> Result<()> {
+    let p = prepare(be, "matmul_add_rms_norm", kind, x, w, out)?;
+    launch_row1(be, kind, variant, int_decode(), &p, fold)
+}
+
+/// One launch of a one-row GEMV variant, with the folded norm's halves in `fold` (all null:
+/// none).
 fn launch_row1(
     be: &CudaBackend,
     kind: Fp8Kind,
     variant: Fp8Row1,
     int_decode: bool,
     p: &Fp8Call,
+    fold: RmsFoldArgs,
 ) -> Result<()> {
     if p.rows == 0 {
         return Ok(());
@@ -387,7 +413,8 @@ fn launch_row1(
             p.out,
             p.rows as i32,
             p.cols as i32,
-            1i32
+            1i32,
+            fold
         ],
     )
 }
@@ -407,7 +434,12 @@ pub(crate) fn gemv(
     m: usize,
 ) -> Result<()> {
     if m == 1 {
-        let variant = forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols));
+        let variant = row1_variant(rows, cols);
+        // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs): read x * g
+        // from the fold scratch instead.
+        let whole = rms_fold::fold_blocks(variant, rows).is_some();
+        let (x, fold) =
+            rms_fold::take_for_consumer(be, x, cols, whole)?.unwrap_or((x, RmsFoldArgs::default()));
         let p = Fp8Call {
             w,
             scales,
@@ -418,7 +450,7 @@ pub(crate) fn gemv(
             cols,
             n: 1,
         };
-        return launch_row1(be, kind, variant, int_decode(), &p);
+        return launch_row1(be, kind, variant, int_decode(), &p, fold);
     }
     be.launch(
         "matmul",

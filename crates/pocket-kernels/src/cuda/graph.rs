@@ -49,6 +49,8 @@ impl CudaBackend {
     /// Starts recording every op launched on this device instead of running it.
     pub fn begin_capture(&self) -> Result<()> {
         self.invalidate_q8();
+        // An eager op's pending folded norm runs now, not inside the graph.
+        super::rms_fold::flush(self)?;
         // Eager L2 prefetches still in flight on the side stream stay out of the capture.
         self.l2_prefetch_join()?;
         self.stream
@@ -61,6 +63,9 @@ impl CudaBackend {
     /// Stops recording and instantiates the graph.
     pub fn end_capture(&self) -> Result<StepGraph> {
         self.invalidate_q8();
+        // A folded norm still pending is part of the captured step (a failure here still ends
+        // the capture below).
+        let flushed = super::rms_fold::flush(self);
         // Every stream the capture forked (the L2 prefetch's side stream) must rejoin it.
         let joined = self.l2_prefetch_join();
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
@@ -68,6 +73,7 @@ impl CudaBackend {
         // freed meanwhile go straight back to the cache when `freed` drops.
         let freed = self.pool.end_capture();
         joined?;
+        flushed?;
         let g = ended
             .map_err(|e| cuda_err("end_capture", e))?
             .ok_or_else(|| cuda_err("end_capture", "nothing was captured"))?;

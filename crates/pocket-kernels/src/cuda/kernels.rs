@@ -258,6 +258,8 @@ pub enum Kernel {
     RmsNormQ8,
     /// `add_rms_norm` that also writes its output's 8-bit quantization.
     AddRmsNormQ8,
+    /// A folded norm's output for a reader that is not a folding GEMV (cuda/rms_fold.rs).
+    RmsFoldApply,
     AddBias,
     AddAssign,
     SiluMul,
@@ -325,6 +327,9 @@ pub enum Kernel {
     GatedRmsNorm,
     /// The fused Gated DeltaNet decode step (`kernels/deltanet_decode.cu`).
     DeltanetDecode,
+    /// Its cluster variant (sm_90 only): a value head's columns over a cluster of `2` or `4`
+    /// blocks (`kernels/deltanet_decode_cluster.cuh`).
+    DeltanetDecodeCluster(u8),
     /// Row halves of `[rows, 2d]`.
     SplitHalves,
     /// Column split of a fused `[q | k | v]` row into up to three outputs (`kernels/split.cu`).
@@ -391,6 +396,7 @@ impl Kernel {
             Kernel::AddRmsNorm => (M::Norm, "add_rms_norm"),
             Kernel::RmsNormQ8 => (M::Norm, "rms_norm_q8"),
             Kernel::AddRmsNormQ8 => (M::Norm, "add_rms_norm_q8"),
+            Kernel::RmsFoldApply => (M::Norm, "rms_fold_apply"),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),
@@ -456,6 +462,14 @@ impl Kernel {
             Kernel::DeltaChunkScan => (M::Deltanet, "delta_chunk_scan"),
             Kernel::GatedRmsNorm => (M::Deltanet, "gated_rms_norm"),
             Kernel::DeltanetDecode => (M::DeltanetDecode, "deltanet_decode"),
+            Kernel::DeltanetDecodeCluster(cs) => (
+                M::DeltanetDecode,
+                if cs == 4 {
+                    "deltanet_decode_c4"
+                } else {
+                    "deltanet_decode_c2"
+                },
+            ),
             Kernel::SplitHalves => (M::Deltanet, "split_halves"),
             Kernel::SplitColumns3 => (M::Split, "split_columns3"),
             Kernel::SiluMulHalves => (M::Split, "silu_mul_halves"),

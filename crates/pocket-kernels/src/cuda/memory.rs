@@ -14,7 +14,7 @@
 //! is never released while capturing (that synchronizes the context, which a capture refuses).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result as dr, sys, CudaContext};
@@ -121,6 +121,9 @@ pub(crate) struct Pool {
     held: AtomicUsize,
     /// The highest `held` so far: the allocator's high-water mark.
     peak_held: AtomicUsize,
+    /// A block with a deferred write queued (a pending folded norm's output, cuda/rms_fold.rs);
+    /// freeing it clears this, which cancels that write. 0: none.
+    watched: AtomicU64,
 }
 
 impl Pool {
@@ -131,6 +134,7 @@ impl Pool {
             lists: Mutex::new(FreeLists::default()),
             held: AtomicUsize::new(0),
             peak_held: AtomicUsize::new(0),
+            watched: AtomicU64::new(0),
         })
     }
 
@@ -251,7 +255,22 @@ impl Pool {
             .collect()
     }
 
+    /// Watches the block at `ptr`: freeing it before [`Pool::unwatch`] cancels the write.
+    pub(crate) fn watch_free(&self, ptr: u64) {
+        self.watched.store(ptr, Ordering::SeqCst);
+    }
+
+    /// Stops watching `ptr`: whether it was still watched (not freed meanwhile).
+    pub(crate) fn unwatch(&self, ptr: u64) -> bool {
+        self.watched
+            .compare_exchange(ptr, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
     fn give_back(&self, ptr: sys::CUdeviceptr, class: usize) {
+        let _ = self
+            .watched
+            .compare_exchange(ptr, 0, Ordering::SeqCst, Ordering::SeqCst);
         if let Ok(mut l) = self.lists.lock() {
             l.give_back(ptr, class);
         }

@@ -38,6 +38,7 @@ mod prefetch;
 mod qkv_rope;
 mod recurrent;
 mod repack;
+mod rms_fold;
 mod sample;
 mod split;
 mod switch;
@@ -78,6 +79,8 @@ pub(crate) struct Scratch {
     /// The fused DeltaNet decode's per-(key head, sequence) arrival counters (zeroed once; every
     /// launch leaves them zero; cuda/recurrent/decode.rs).
     pub deltanet_counters: Option<CudaStorage>,
+    /// The folded norm's x * g row and per-block sums of squares (cuda/rms_fold.rs).
+    pub rms_fold: Option<CudaStorage>,
 }
 
 impl Scratch {
@@ -126,6 +129,8 @@ pub struct CudaBackend {
     pdl_supported: bool,
     /// The L2 prefetch of the next decode GEMV's weight on a side stream (`prefetch`).
     l2: prefetch::L2Prefetch,
+    /// A folded norm whose output is not written yet (`rms_fold`).
+    rms_fold: Mutex<Option<rms_fold::PendingFold>>,
 }
 
 /// PDL where supported unless `POCKET_PDL=0`.
@@ -195,6 +200,7 @@ impl CudaBackend {
             pdl: std::sync::atomic::AtomicBool::new(pdl_supported && pdl_from_env()),
             pdl_supported,
             l2: prefetch::L2Prefetch::from_env(),
+            rms_fold: Mutex::new(None),
         })
     }
 
@@ -345,6 +351,8 @@ impl CudaBackend {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(()); // nothing to do (empty batch)
         }
+        // A pending folded norm's output first: this kernel may read it.
+        rms_fold::flush(self)?;
         let (func, pdl_aware): (CudaFunction, bool) = self.kernels.get_launch(k)?;
         let fail = |e: cudarc::driver::DriverError| KernelError::Cuda {
             op,

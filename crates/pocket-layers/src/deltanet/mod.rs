@@ -8,6 +8,7 @@
 use pocket_kernels::recurrent::{BaInputs, ColumnRange, DeltaNetDecodeInputs, WeightRows};
 use pocket_kernels::{DeltaRuleParams, Device, RecurrentMeta, Tensor};
 
+use crate::norm::{project_then, ResidualNorm};
 use crate::scratch::{fit, view, workspace};
 use crate::{LayerError, Linear, Result, StateCache};
 
@@ -256,9 +257,40 @@ impl GatedDeltaNet {
         s: &mut DeltaNetScratch,
         out: &mut Tensor,
     ) -> Result<()> {
+        self.run(dev, x, meta, states, s, out, None)
+    }
+
+    /// [`GatedDeltaNet::forward`], then `then.residual += out; then.normed = then.norm(residual)`:
+    /// the out projection and the norm after the block in one op where the device folds them
+    /// ([`crate::RmsNorm::proj_add_forward`]; CUDA decode).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_add_norm(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        meta: &RecurrentMeta,
+        states: &mut StateCache,
+        s: &mut DeltaNetScratch,
+        out: &mut Tensor,
+        then: ResidualNorm<'_>,
+    ) -> Result<()> {
+        self.run(dev, x, meta, states, s, out, Some(then))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        dev: &Device,
+        x: &Tensor,
+        meta: &RecurrentMeta,
+        states: &mut StateCache,
+        s: &mut DeltaNetScratch,
+        out: &mut Tensor,
+        then: Option<ResidualNorm<'_>>,
+    ) -> Result<()> {
         let p = &self.params;
         if meta.max_rows <= 1 && dev.fused_deltanet_decode(p, self.kernel()) {
-            return self.forward_decode_fused(dev, x, meta, states, s, out);
+            return self.forward_decode_fused(dev, x, meta, states, s, out, then);
         }
         let n = x.rows();
         let vw = p.v_heads * p.v_dim;
@@ -327,7 +359,7 @@ impl GatedDeltaNet {
         for t in [&mut s.core, &mut s.z, &mut s.normed] {
             view(t, &[n, vw])?;
         }
-        self.out.forward(dev, &s.normed, out)
+        project_then(dev, &self.out, &s.normed, out, then)
     }
 
     /// The decode form through [`pocket_kernels::Backend::gated_deltanet_decode`]: the two
@@ -335,6 +367,7 @@ impl GatedDeltaNet {
     /// computes the in_ba projection inside the op
     /// ([`pocket_kernels::Backend::fused_deltanet_decode_ba`]: CUDA with BF16/F16 weights, unless
     /// `POCKET_DELTANET_BA_FUSED=0`), the op gets its weights and `x` instead of its output.
+    #[allow(clippy::too_many_arguments)]
     fn forward_decode_fused(
         &self,
         dev: &Device,
@@ -343,6 +376,7 @@ impl GatedDeltaNet {
         states: &mut StateCache,
         s: &mut DeltaNetScratch,
         out: &mut Tensor,
+        then: Option<ResidualNorm<'_>>,
     ) -> Result<()> {
         let p = &self.params;
         let n = x.rows();
@@ -397,6 +431,6 @@ impl GatedDeltaNet {
             params: *p,
         };
         dev.gated_deltanet_decode(&inputs, conv_state, ssm_state, meta, &mut s.normed)?;
-        self.out.forward(dev, &s.normed, out)
+        project_then(dev, &self.out, &s.normed, out, then)
     }
 }

@@ -28,6 +28,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Norm, "add_rms_norm"),
     (ModuleId::Norm, "rms_norm_q8"),
     (ModuleId::Norm, "add_rms_norm_q8"),
+    (ModuleId::Norm, "rms_fold_apply"),
     (ModuleId::Split, "split_columns3"),
     (ModuleId::Split, "silu_mul_halves"),
     (ModuleId::Split, "silu_mul_halves_q8"),
@@ -58,6 +59,8 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Deltanet, "delta_chunk_prep"),
     (ModuleId::Deltanet, "delta_chunk_scan"),
     (ModuleId::DeltanetDecode, "deltanet_decode"),
+    // The cluster variants deltanet_decode_c2 and _c4 (sm_90 cubin only).
+    (ModuleId::DeltanetDecode, "deltanet_decode_c*"),
 ];
 
 /// Whether kernel `symbol` of module `m` is in [`PDL_AWARE`].
