@@ -51,6 +51,10 @@
 // consecutive chunks span at most two rows when hidden >= 256, more in small test models), added
 // by lane 0 per pass in order, and the nwarps partials summed in warp order: deterministic, f32
 // throughout.
+//
+// deltanet_decode_c2 / _c4 (deltanet_decode_cluster.cuh, sm_90 only) split each value head's
+// columns over a cluster of 2 or 4 blocks with one pass over the state; the host picks them at
+// small batches where this kernel leaves SMs idle.
 #include "gate_math.cuh"
 
 // Longest conv kernel (as CONV_MAX_K in deltanet.cu) and state rows per thread.
@@ -422,3 +426,6 @@ deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, cons
         }
     }
 }
+
+// The cluster variant (sm_90): a value head's columns over 2 or 4 blocks.
+#include "deltanet_decode_cluster.cuh"

@@ -5,13 +5,14 @@
 //! `gated_rms_norm`), each as a CUDA graph of 48 layers with their own state pools (48 x 3 MB per
 //! sequence: beyond the 50 MB L2, as in a real step), timed with `bench::time_ms`; per-layer times
 //! are the graph's over 48. Ignored by default; the device run script runs it with `--ignored`.
-//! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer), and
-//! the default block per value head (`split`) well below the block per key head (`key-head`,
-//! `POCKET_DELTANET_SPLIT=0`; 13.9 us per layer at 1 sequence on the H200 before the split,
-//! goal ~4-5 us).
+//! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer); at 1
+//! sequence the cluster variants (`cluster2`, `cluster4`: a value head's columns over 2 or 4
+//! blocks) below the block per value head (`value-head`, 8.68 us in session 5) and `auto` equal
+//! to the best of them; at 4 sequences `auto` equal to `key-head` (15.37 us vs 18.49 us for
+//! `value-head` in session 5, the threshold's source).
 //! Second part: the in_ba projection (BF16 `[96, 5120]` per layer) as its own GEMV before the
-//! fused kernel against inside it (`BaInputs::Weights`); look for the in-kernel variant saving
-//! most of the GEMV's ~3.2 us per layer.
+//! fused kernel against inside it (`BaInputs::Weights`), both with the default layout; look for
+//! the in-kernel variant saving most of the GEMV's ~3.2 us per layer.
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::cuda::CudaBackend;
@@ -28,6 +29,18 @@ use bench::{backend_or_skip, capture, time_ms};
 
 const LAYERS: usize = 48;
 const KERNEL: usize = 4;
+
+/// The fused layouts timed (name, `set_deltanet_split`, `set_deltanet_cluster`): a block per key
+/// head, per value head, clusters of 2 and 4 blocks per value head (sm_90 cubin; elsewhere they
+/// run the value-head kernel), and the default choice by batch size (`auto`: clusters of 2 at 1
+/// sequence, key heads at 4).
+const FUSED_VARIANTS: &[(&str, Option<bool>, Option<u8>)] = &[
+    ("key-head", Some(false), Some(1)),
+    ("value-head", Some(true), Some(1)),
+    ("cluster2", Some(true), Some(2)),
+    ("cluster4", Some(true), Some(4)),
+    ("auto", None, None),
+];
 
 /// One layer's weights and state pools (`seqs` slots).
 struct Layer {
@@ -196,40 +209,48 @@ fn bench_deltanet_decode_fused_27b() {
                 unfused(&be, l, &qkvz, &ba, &m, &p, &mut s, &mut out);
             }
         });
-        let g_fused = capture(&be, || {
+        // The fused layouts, each captured with it forced (process-wide overrides), then the
+        // default choice by batch size.
+        let mut graphs = Vec::new();
+        for &(name, split, cluster) in FUSED_VARIANTS {
+            be.set_deltanet_split(split);
+            be.set_deltanet_cluster(cluster);
             for l in layers.iter_mut() {
                 fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
             }
-        });
-        // The previous layout (a block per key head) for the A/B, captured with it forced.
-        be.set_deltanet_split(Some(false));
-        for l in layers.iter_mut() {
-            fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
+            let g = capture(&be, || {
+                for l in layers.iter_mut() {
+                    fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
+                }
+            });
+            graphs.push((name, g));
         }
-        let g_key = capture(&be, || {
-            for l in layers.iter_mut() {
-                fused(&be, l, &qkvz, projected(&ba, h), &m, &p, &mut out);
-            }
-        });
         be.set_deltanet_split(None);
+        be.set_deltanet_cluster(None);
         // Alternate them over three rounds and keep the best of each (shared machine noise).
-        let (mut t_u, mut t_f, mut t_k) = (f64::MAX, f64::MAX, f64::MAX);
+        let mut t_u = f64::MAX;
+        let mut t_f = vec![f64::MAX; graphs.len()];
         for _ in 0..3 {
             t_u = t_u.min(time_ms(&be, 3, 30, |_| g_unfused.replay().unwrap()));
-            t_f = t_f.min(time_ms(&be, 3, 30, |_| g_fused.replay().unwrap()));
-            t_k = t_k.min(time_ms(&be, 3, 30, |_| g_key.replay().unwrap()));
+            for (t, (_, g)) in t_f.iter_mut().zip(&graphs) {
+                *t = t.min(time_ms(&be, 3, 30, |_| g.replay().unwrap()));
+            }
         }
         let per = |t: f64| t * 1e3 / LAYERS as f64;
         let state_bytes = (2 * seqs * h * p.k_dim * p.v_dim * 4) as f64;
-        lines.push(format!(
-            "deltanet decode 27B {seqs} seq per layer: unfused (6 launches) {:6.2} us  fused key-head {:6.2} us  fused split {:6.2} us  ({:.2}x unfused, {:.2}x key-head; split moves state at {:.0} GB/s)",
-            per(t_u),
-            per(t_k),
-            per(t_f),
-            t_u / t_f,
-            t_k / t_f,
-            state_bytes / (per(t_f) * 1e3)
-        ));
+        let mut line = format!(
+            "deltanet decode 27B {seqs} seq per layer: unfused (6 launches) {:6.2} us",
+            per(t_u)
+        );
+        for ((name, _), t) in graphs.iter().zip(&t_f) {
+            line += &format!(
+                " | {name} {:6.2} us ({:.2}x unfused, state at {:.0} GB/s)",
+                per(*t),
+                t_u / t,
+                state_bytes / (per(*t) * 1e3)
+            );
+        }
+        lines.push(line);
         println!("{}", lines.last().unwrap());
 
         // The in_ba projection: a BF16 weight per layer, its GEMV + the fused kernel reading

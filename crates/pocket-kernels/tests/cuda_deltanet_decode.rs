@@ -7,6 +7,12 @@
 //! Qwen3.5-27B layer dims and at small ones. On the CPU the op is the composition itself (checked
 //! equal); with a GPU its one kernel is checked against the CPU, eagerly and replayed from a CUDA
 //! graph. Without a GPU the CUDA half is skipped with a message.
+//!
+//! The CUDA op picks its block layout by batch size (kernels/deltanet_decode.cu and its
+//! cluster variant): at the 27B dims 4 and 8 sequences run a block per key head, 3 a block per
+//! value head, 1 and 2 (`few_steps`) clusters of 2 blocks per value head on an H200; the tiny
+//! shapes run clusters at 3 sequences. `cluster_variants_*` force each variant at every batch
+//! size.
 
 use pocket_kernels::recurrent::{BaInputs, ColumnRange, DeltaNetDecodeInputs, WeightRows};
 use pocket_kernels::{DType, DeltaRuleParams, Device, HeadGrouping, HostBytes, Tensor, Weight};
@@ -196,6 +202,33 @@ fn case(p: DeltaRuleParams, seed: u64) {
     case_with(p, seed, steps);
 }
 
+/// Steps of one and two sequences: one fresh, then continuing, then a second sequence joining,
+/// the two swapped, and one with no row in a fresh slot (written back as zeros). At the 27B dims
+/// 48 and 96 value-head blocks leave a 132-SM H200 idle: the cluster kernel runs.
+fn few_steps(p: &DeltaRuleParams, rng: &mut Rng) -> Vec<Step> {
+    let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
+    let mut make = |lens: Vec<usize>, slots: Vec<u32>, has: Vec<u32>| {
+        let n: usize = lens.iter().sum();
+        let mut ba = rng.vec(n * 2 * h);
+        ba.iter_mut().for_each(|v| *v *= 2.0);
+        Step {
+            qkvz: rng.vec(n * (w + vw)),
+            ba,
+            lens,
+            slots,
+            has,
+        }
+    };
+    vec![
+        make(vec![1], vec![3], vec![0]),
+        make(vec![1], vec![3], vec![1]),
+        make(vec![1, 1], vec![3, 6], vec![1, 0]),
+        make(vec![1, 1], vec![6, 3], vec![1, 1]),
+        make(vec![1, 0], vec![3, 7], vec![1, 0]),
+        make(vec![1], vec![6], vec![1]),
+    ]
+}
+
 /// Eight sequences in shuffled slots over four steps (fresh and continuing, then reordered): at
 /// the 27B dims 8 x 48 = 384 blocks of one value head, about three waves on a 132-SM GPU, so the
 /// blocks of a key-head group sharing the q/k conv window run in different waves, and each launch
@@ -278,20 +311,93 @@ fn fused_decode_matches_unfused_at_27b_dims_eight_sequences() {
 }
 
 #[test]
+fn fused_decode_matches_unfused_at_27b_dims_one_and_two_sequences() {
+    case_with(params_27b(HeadGrouping::Tiled), 0x27f, few_steps);
+    case_with(params_27b(HeadGrouping::Grouped), 0x280, few_steps);
+}
+
+/// One warp per block: 2 key heads with 2 value heads each, k_dim 16, v_dim 8 (a cluster
+/// block of 2 owns 4 columns: one float4 column group, all 32 lanes on its rows).
+fn params_tiny() -> DeltaRuleParams {
+    DeltaRuleParams {
+        k_heads: 2,
+        v_heads: 4,
+        k_dim: 16,
+        v_dim: 8,
+        grouping: HeadGrouping::Grouped,
+        l2_eps: 1e-6,
+        scale: 0.25,
+    }
+}
+
+#[test]
 fn fused_decode_matches_unfused_tiny() {
-    // One warp per block: 2 key heads with 2 value heads each, k_dim 16, v_dim 8.
-    case(
-        DeltaRuleParams {
-            k_heads: 2,
-            v_heads: 4,
-            k_dim: 16,
-            v_dim: 8,
-            grouping: HeadGrouping::Grouped,
-            l2_eps: 1e-6,
-            scale: 0.25,
-        },
-        5,
+    case(params_tiny(), 5);
+    case_with(params_tiny(), 6, few_steps);
+}
+
+/// Held by the tests that force a layout (process-wide) and by those that need one layout for
+/// their whole run (graph replay against eager calls, bit for bit).
+#[cfg(feature = "cuda")]
+static LAYOUT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `f` with the value-head layout and clusters of `cs` blocks forced at every batch size
+/// (the sm_90 cubin only; elsewhere the op falls back to the one-block value-head kernel).
+#[cfg(feature = "cuda")]
+fn with_cluster(cs: u8, f: impl FnOnce()) {
+    let be = match pocket_kernels::cuda::CudaBackend::new(0) {
+        Ok(be) => be,
+        Err(e) => {
+            eprintln!("skipped the forced cluster-{cs} run: {e}");
+            return;
+        }
+    };
+    let _g = LAYOUT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    be.set_deltanet_split(Some(true));
+    be.set_deltanet_cluster(Some(cs));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    be.set_deltanet_cluster(None);
+    be.set_deltanet_split(None);
+    eprintln!(
+        "ran with clusters of {cs} forced (sm_90 cubin only; elsewhere the value-head kernel)"
     );
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// The cluster kernels forced at 1-8 sequences (several waves of clusters at 8: the q/k window's
+/// arrival counter across waves) at the 27B dims, the tiny dims and with in_ba inside.
+#[cfg(feature = "cuda")]
+#[test]
+fn cluster_variants_match_unfused() {
+    for cs in [2u8, 4] {
+        with_cluster(cs, || {
+            case_with(params_27b(HeadGrouping::Tiled), 0x281, steps);
+            case_with(params_27b(HeadGrouping::Grouped), 0x282, few_steps);
+            case_with(params_27b(HeadGrouping::Tiled), 0x283, wide_steps);
+            in_ba::case_proj_with(
+                params_27b(HeadGrouping::Tiled),
+                5120,
+                GgmlType::BF16,
+                0x284,
+                few_steps,
+            );
+            in_ba::case_proj_with(
+                params_27b(HeadGrouping::Grouped),
+                5120,
+                GgmlType::BF16,
+                0x285,
+                steps,
+            );
+        });
+    }
+    // v_dim 8 splits over 2 blocks only (4 would leave 2 columns, not a float4).
+    with_cluster(2, || {
+        case_with(params_tiny(), 0x286, steps);
+        in_ba::case_proj_with(params_tiny(), 272, GgmlType::BF16, 0x287, steps);
+        in_ba::case_proj_with(params_tiny(), 64, GgmlType::F16, 0x288, few_steps);
+    });
 }
 
 #[test]
@@ -317,7 +423,8 @@ fn fused_decode_matches_unfused_partial_row_group() {
 #[cfg(feature = "cuda")]
 #[test]
 fn fused_decode_replays_from_a_cuda_graph() {
-    replays(false);
+    replays(false, 1);
+    replays(false, 4);
 }
 
 /// As [`fused_decode_replays_from_a_cuda_graph`], with the in_ba projection (BF16, hidden 5120)
@@ -325,11 +432,14 @@ fn fused_decode_replays_from_a_cuda_graph() {
 #[cfg(feature = "cuda")]
 #[test]
 fn fused_decode_with_in_ba_replays_from_a_cuda_graph() {
-    replays(true);
+    replays(true, 1);
+    replays(true, 4);
 }
 
+/// Step 1 of `few_steps` (one sequence: the cluster kernel on an H200) or of `steps` (four: a
+/// block per key head) captured once and replayed three times beside eager calls.
 #[cfg(feature = "cuda")]
-fn replays(with_in_ba: bool) {
+fn replays(with_in_ba: bool, seqs: usize) {
     let gpu = match Device::open(pocket_kernels::DeviceKind::Cuda(0)) {
         Ok(d) => d,
         Err(e) => {
@@ -346,7 +456,12 @@ fn replays(with_in_ba: bool) {
     let mut eager = layer(gpu.clone(), &p, &mut rng);
     let mut rng = Rng(99);
     let mut graphed = layer(gpu.clone(), &p, &mut rng);
-    let s = steps(&p, &mut rng).remove(1);
+    let s = if seqs == 1 {
+        few_steps(&p, &mut rng).remove(1)
+    } else {
+        steps(&p, &mut rng).remove(1)
+    };
+    let _layout = LAYOUT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let n: usize = s.lens.iter().sum();
     let m = meta(&gpu, &s.lens, &s.slots, &s.has);
     let proj = upload(&gpu, &s, &p, true);
@@ -423,7 +538,9 @@ fn replays(with_in_ba: bool) {
             "{what}: conv state"
         );
     }
-    eprintln!("fused decode (in_ba inside: {with_in_ba}): 3 graph replays equal eager calls");
+    eprintln!(
+        "fused decode (in_ba inside: {with_in_ba}, {seqs} sequences): 3 graph replays equal eager calls"
+    );
 }
 
 #[test]

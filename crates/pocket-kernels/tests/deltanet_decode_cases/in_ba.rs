@@ -68,6 +68,17 @@ pub(super) fn ba_rows(w: &BaWeights, h: usize) -> (WeightRows<'_>, WeightRows<'_
 /// exp(a_neg softplus), slopes of order 1 here) pass that on about undiminished to the state,
 /// far inside 2e-4.
 fn case_proj(p: DeltaRuleParams, hidden: usize, fmt: GgmlType, seed: u64) {
+    case_proj_with(p, hidden, fmt, seed, steps);
+}
+
+/// [`case_proj`] over the given steps.
+pub(super) fn case_proj_with(
+    p: DeltaRuleParams,
+    hidden: usize,
+    fmt: GgmlType,
+    seed: u64,
+    steps: fn(&DeltaRuleParams, &mut Rng) -> Vec<Step>,
+) {
     let h = p.v_heads;
     for stacked in [true, false] {
         for dev in Device::all_for_tests() {
@@ -129,6 +140,19 @@ fn fused_decode_with_in_ba_at_27b_dims() {
         5120,
         GgmlType::BF16,
         0x27e,
+    );
+}
+
+#[test]
+fn fused_decode_with_in_ba_at_27b_dims_one_and_two_sequences() {
+    // The cluster kernel on an H200: each block dots 1/2 of the 2 x 640 chunks, the partials
+    // summed across the cluster.
+    case_proj_with(
+        params_27b(HeadGrouping::Tiled),
+        5120,
+        GgmlType::BF16,
+        0x289,
+        few_steps,
     );
 }
 

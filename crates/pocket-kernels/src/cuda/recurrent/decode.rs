@@ -5,19 +5,25 @@
 //! the in_ba projection of its heads (`BaInputs::Weights`, one GEMV launch fewer per layer);
 //! `POCKET_DELTANET_BA_FUSED=0` keeps that GEMV separate (the layer asks [`fused_ba_supported`]).
 //!
-//! By default a block runs one value head of one sequence (the group's blocks share the q/k conv
-//! window through a self-resetting arrival counter, see the kernel's header);
-//! `POCKET_DELTANET_SPLIT=0` runs the previous layout, a block per key head and all of its value
-//! heads in turn (A/B).
+//! Three block layouts, picked per launch by the number of sequences ([`Layout`]):
+//! - a block per (value head, sequence) below [`KEY_HEAD_FROM_SEQS`] sequences (the group's
+//!   blocks share the q/k conv window through a self-resetting arrival counter, see the
+//!   kernel's header);
+//! - there, on the sm_90 cubin and while the value-head grid leaves SMs idle, a thread-block
+//!   cluster of `POCKET_DELTANET_CLUSTER` (2, the default, or 4; 0 = off) blocks per value head,
+//!   each owning a slice of its columns (`deltanet_decode_c2` / `_c4`);
+//! - a block per key head, all its value heads in turn, from [`KEY_HEAD_FROM_SEQS`] sequences.
+//!
+//! `POCKET_DELTANET_SPLIT=0` forces the key-head layout and `=1` the value-head one (A/B).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use cudarc::driver::result as dr;
 
-use super::super::kernels::DevFormat;
 use super::super::kernels::Kernel;
+use super::super::kernels::{Artifact, DevFormat};
 use super::super::memory::cuda_err;
-use super::super::switch::EnvSwitch;
+use super::super::switch::{EnvNumber, EnvSwitch};
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs, CONV_MAX_K};
 use crate::error::shape_err;
@@ -31,16 +37,29 @@ use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 static FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_FUSED");
 /// `POCKET_DELTANET_BA_FUSED=0` keeps the in_ba projection a separate GEMV (A/B).
 static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED");
-/// `POCKET_DELTANET_SPLIT=0` runs a block per key head (all its value heads in turn) instead of a
-/// block per value head (A/B).
+/// `POCKET_DELTANET_SPLIT=0` forces a block per key head (all its value heads in turn).
 static SPLIT: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_SPLIT");
+/// `POCKET_DELTANET_SPLIT=1` forces the value-head layout (cluster or not) at every batch size.
+static SPLIT_FORCED: EnvSwitch = EnvSwitch::off_unless_one("POCKET_DELTANET_SPLIT");
+/// `POCKET_DELTANET_CLUSTER`: blocks per value head in the cluster variant (2 or 4; 0 or 1 =
+/// the one-block value-head kernel). 2 is the default: each of 96 blocks at 27B batch 1 moves
+/// 32 KB of state on its own SM; 4 (192 blocks, two on some SMs) is there for the A/B.
+static CLUSTER: EnvNumber = EnvNumber::new("POCKET_DELTANET_CLUSTER", 2);
 /// Process-wide override of `POCKET_DELTANET_SPLIT`: 0 = the environment, 1 = on, 2 = off.
 static SPLIT_SET: AtomicU8 = AtomicU8::new(0);
+/// Process-wide override of `POCKET_DELTANET_CLUSTER`: 0 = the environment, else the size
+/// (1 = off), applied at every batch size.
+static CLUSTER_SET: AtomicU8 = AtomicU8::new(0);
+
+/// Key-head blocks from this many sequences, value-head blocks below: the session-5 H200 bench
+/// at the 27B shape (docs/performance/logs/2026-11-30-s5-final/cuda_bench_deltanet.log) measured
+/// per layer key-head 15.37 us vs value-head 18.49 us at 4 sequences, 13.95 vs 8.68 us at 1.
+pub(crate) const KEY_HEAD_FROM_SEQS: usize = 4;
 
 impl CudaBackend {
     /// Overrides `POCKET_DELTANET_SPLIT` for the fused DeltaNet decode launches that follow, in
     /// the whole process (`Some(true)`: a block per value head, `Some(false)`: per key head,
-    /// `None`: the environment); benches capture both layouts in one process.
+    /// `None`: the environment, else by batch size); benches capture both layouts in one process.
     pub fn set_deltanet_split(&self, split: Option<bool>) {
         let v = match split {
             None => 0,
@@ -49,23 +68,80 @@ impl CudaBackend {
         };
         SPLIT_SET.store(v, Ordering::Relaxed);
     }
-}
 
-/// Whether a block runs one value head (the override, else the environment).
-fn split_on() -> bool {
-    match SPLIT_SET.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => SPLIT.on(),
+    /// Overrides `POCKET_DELTANET_CLUSTER` for the value-head launches that follow, in the whole
+    /// process: `Some(n)` runs clusters of `n` blocks (2 or 4; 1 = none) at every batch size
+    /// where they fit, `None` the environment; benches capture the variants in one process.
+    pub fn set_deltanet_cluster(&self, size: Option<u8>) {
+        CLUSTER_SET.store(size.map_or(0, |n| n.max(1)), Ordering::Relaxed);
     }
 }
 
+/// The forced layout (the override, else the environment): `Some(true)` value heads,
+/// `Some(false)` key heads, `None` by batch size.
+fn split_forced() -> Option<bool> {
+    match SPLIT_SET.load(Ordering::Relaxed) {
+        1 => Some(true),
+        2 => Some(false),
+        _ if !SPLIT.on() => Some(false),
+        _ if SPLIT_FORCED.on() => Some(true),
+        _ => None,
+    }
+}
+
+/// The cluster size asked for and whether the override forces it at every batch size.
+fn cluster_asked() -> (usize, bool) {
+    match CLUSTER_SET.load(Ordering::Relaxed) {
+        0 => (CLUSTER.get(), false),
+        n => (n as usize, true),
+    }
+}
+
+/// How a launch spreads heads over blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// A block per (key head, sequence), all the group's value heads in turn.
+    KeyHead,
+    /// A block per (value head, sequence).
+    ValueHead,
+    /// A cluster of this many blocks per (value head, sequence), each a slice of the columns.
+    Cluster(usize),
+}
+
+/// The layout and geometry for `seqs` sequences on `be`: the forced or batch-size layout
+/// (key heads from [`KEY_HEAD_FROM_SEQS`]), the value-head one turned into clusters where the
+/// sm_90 cubin runs and `seqs x v_heads` blocks leave SMs idle, and the value-head layout where
+/// the key-head one does not fit.
+fn layout(
+    be: &CudaBackend,
+    p: &DeltaRuleParams,
+    kernel: usize,
+    seqs: usize,
+) -> std::result::Result<(Layout, Geometry), String> {
+    let split = split_forced().unwrap_or(seqs < KEY_HEAD_FROM_SEQS);
+    if split {
+        let (cs, forced) = cluster_asked();
+        if (cs == 2 || cs == 4)
+            && be.artifact() == Artifact::Sm90Cubin
+            && (forced || seqs * p.v_heads <= be.sm_count() as usize)
+        {
+            if let Ok(g) = cluster_geometry(p, kernel, cs) {
+                return Ok((Layout::Cluster(cs), g));
+            }
+        }
+    } else if let Ok(g) = geometry_for(p, kernel, false) {
+        return Ok((Layout::KeyHead, g));
+    }
+    geometry_for(p, kernel, true).map(|g| (Layout::ValueHead, g))
+}
 /// Arrival counters allocated at least (u32s): key heads x sequences of any model we load fit,
 /// so the buffer is not regrown (and re-zeroed) inside a graph capture.
 const MIN_COUNTERS: usize = 4096;
 
 /// State rows each thread holds (`FD_RPT` in deltanet_decode.cu).
 const RPT: usize = 8;
+/// Shared floats of the cluster kernel after its sized arrays (`pba`, `sba`, `sss`, `misc`).
+const CLUSTER_FIXED_FLOATS: usize = 32 + 8 + 16 + 4;
 /// The kernel's `__launch_bounds__`.
 const MAX_THREADS: usize = 512;
 /// Dynamic shared memory available without an opt-in.
@@ -78,11 +154,6 @@ struct Geometry {
     row_groups: usize,
     smem: usize,
     heads_per_block: usize,
-}
-
-/// The launch geometry for these params and conv taps, or why the kernel cannot take them.
-fn geometry(p: &DeltaRuleParams, kernel: usize) -> std::result::Result<Geometry, String> {
-    geometry_for(p, kernel, split_on())
 }
 
 /// The launch geometry with a block per value head (`split`) or per key head.
@@ -140,6 +211,51 @@ fn geometry_for(
     })
 }
 
+/// The geometry of the cluster kernel with `cs` blocks per value head, or why it cannot take
+/// these params: the value-head kernel's conditions, plus `v_dim / cs / 4` float4 column groups a
+/// power of two <= 32 (a warp's lanes of one column reduce by xor shuffles).
+fn cluster_geometry(
+    p: &DeltaRuleParams,
+    kernel: usize,
+    cs: usize,
+) -> std::result::Result<Geometry, String> {
+    geometry_for(p, kernel, true)?;
+    let groups = p.v_dim / cs / 4;
+    if !p.v_dim.is_multiple_of(4 * cs) || !groups.is_power_of_two() || groups > 32 {
+        return Err(format!("v_dim {} over {cs} blocks", p.v_dim));
+    }
+    let dvb = p.v_dim / cs;
+    // Rows per thread: 8 in deltanet_decode_c2, 4 in _c4 (256 threads at 128 x 128 either way).
+    let rpt = if cs == 4 { 4 } else { 8 };
+    let row_groups = p.k_dim.div_ceil(rpt);
+    let threads = (groups * row_groups).max(dvb).next_multiple_of(32);
+    if threads > MAX_THREADS {
+        return Err(format!(
+            "k_dim {} x {dvb} columns needs {threads} threads",
+            p.k_dim
+        ));
+    }
+    let ch = 2 * p.k_dim + dvb;
+    // deltanet_decode_cluster.cuh's shared arrays in order.
+    let floats = threads / 32 * 2 * dvb
+        + dvb
+        + 2 * p.k_dim
+        + ch * kernel
+        + ch
+        + (kernel - 1) * 2 * p.k_dim
+        + CLUSTER_FIXED_FLOATS;
+    let smem = floats * 4;
+    if smem > MAX_SMEM {
+        return Err(format!("{smem} bytes of shared memory"));
+    }
+    Ok(Geometry {
+        threads,
+        row_groups,
+        smem,
+        heads_per_block: 1,
+    })
+}
+
 /// The arrival counters for `n` (key head, sequence) pairs, zeroed on the stream when first
 /// allocated (inside a capture a memset node: harmless, every launch leaves them zero).
 fn counters(be: &CudaBackend, op: &'static str, n: usize) -> Result<u64> {
@@ -161,9 +277,10 @@ fn counters(be: &CudaBackend, op: &'static str, n: usize) -> Result<u64> {
     Ok(slot.as_ref().map_or(0, |c| c.ptr()))
 }
 
-/// Whether the fused step is on (`POCKET_DELTANET_FUSED`) and takes these params.
+/// Whether the fused step is on (`POCKET_DELTANET_FUSED`) and takes these params (the
+/// value-head layout, which every launch falls back to, fits).
 pub(crate) fn fused_supported(p: &DeltaRuleParams, kernel: usize) -> bool {
-    FUSED.on() && geometry(p, kernel).is_ok()
+    FUSED.on() && geometry_for(p, kernel, true).is_ok()
 }
 
 /// The kernel's `wfmt` code of an in_ba weight it can read in place (1 F16, 2 BF16: row-major
@@ -235,11 +352,12 @@ pub(crate) fn gated_deltanet_decode(
     let p = &inp.params;
     let n = check_decode_inputs(OP, inp, out)?;
     let kernel = inp.conv_weight.shape[1];
-    let geo = geometry(p, kernel).map_err(|what| KernelError::Unsupported {
-        op: OP,
-        device: be.name.clone(),
-        what,
-    })?;
+    let (lay, geo) =
+        layout(be, p, kernel, meta.num_seqs).map_err(|what| KernelError::Unsupported {
+            op: OP,
+            device: be.name.clone(),
+            what,
+        })?;
     let w = p.qkv_width();
     let slots = conv_state_slots(OP, conv_state, kernel - 1, w)?;
     if state.shape.len() != 4 || state.shape[1..] != [p.v_heads, p.k_dim, p.v_dim] {
@@ -314,6 +432,58 @@ pub(crate) fn gated_deltanet_decode(
     }
     let tiled = i32::from(p.grouping == HeadGrouping::Tiled);
     let hb = geo.heads_per_block;
+    let seqs = grid_seqs(OP, meta)?;
+    if let Layout::Cluster(cs) = lay {
+        // Every group spans hpg x cs blocks: the counters are always used.
+        let cnt = counters(be, OP, p.k_heads * meta.num_seqs)?;
+        let blocks = p.v_heads * cs;
+        let bx =
+            u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
+        return be.launch_smem(
+            OP,
+            Kernel::DeltanetDecodeCluster(cs as u8),
+            (bx, seqs, 1),
+            geo.threads as u32,
+            geo.smem as u32,
+            args![
+                qkvp,
+                zp,
+                bp,
+                ap,
+                qkv_stride,
+                z_stride,
+                b_stride,
+                a_stride,
+                cwp,
+                anp,
+                dtp,
+                nwp,
+                csp,
+                sp,
+                outp,
+                qs,
+                sl,
+                hs,
+                p.k_heads as i32,
+                p.v_heads as i32,
+                p.k_dim as i32,
+                p.v_dim as i32,
+                kernel as i32,
+                tiled,
+                geo.row_groups as i32,
+                p.l2_eps,
+                p.scale,
+                inp.norm_eps,
+                wbp,
+                wap,
+                xp,
+                x_stride,
+                hidden,
+                wfmt,
+                cnt
+            ],
+        );
+    }
     let blocks = p.v_heads / hb;
     let bx = u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
     // Counters only when a group spans several blocks (its q/k window is then shared).
@@ -325,7 +495,7 @@ pub(crate) fn gated_deltanet_decode(
     be.launch_smem(
         OP,
         Kernel::DeltanetDecode,
-        (bx, grid_seqs(OP, meta)?, 1),
+        (bx, seqs, 1),
         geo.threads as u32,
         geo.smem as u32,
         args![

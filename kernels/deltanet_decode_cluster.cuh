@@ -1,0 +1,411 @@
+// The cluster variant of the fused DeltaNet decode step (included by deltanet_decode.cu, whose
+// helpers it uses; sm_90 only: the compute_75 PTX has no such symbols and the host launches them
+// only from the sm_90 cubin). deltanet_decode_c2 / _c4: a thread-block cluster of CS blocks per
+// (value head, sequence), block `rank` owning v columns [rank dv/CS, (rank+1) dv/CS). Why: at
+// batch 1 the value-head kernel runs 48 blocks on 132 SMs, each walking one head's 64 KB state
+// through a chain of dependent phases; the columns of the delta rule are independent given q, k,
+// g and beta, so CS blocks on CS SMs each load, update and store 64/CS KB, and only two sums
+// cross blocks, exchanged through distributed shared memory (DSMEM):
+//   - the in_ba dot (b, a of the head): each block dots an interleaved 1/CS of the 2 x hidden
+//     weight chunks and pushes its two partials into every block's `sba[rank]`;
+//   - the gated RMSNorm's sum of squares over v_dim: each column warp pushes its partial into
+//     every block's `sss[rank][warp]`.
+// Every block first arrives at a cluster barrier it waits on before its first push (DSMEM of a
+// block is valid only once it runs). A push is a remote store followed by
+// barrier.cluster.arrive.release; the reader waits with
+// barrier.cluster.wait.acquire and reads only its own shared memory, so no block touches another
+// block's shared memory after the last barrier and blocks may exit in any order. Each block sums
+// the pushed partials in rank order: every block gets the same bits.
+//
+// Per block (shorter chain than deltanet_decode's): q/k conv + L2 norms computed by every block
+// (4 taps x 256 channels, cheap) from the OLD window, the new q/k window written by the key-head
+// group's last block to arrive (the arrival counter of deltanet_decode, hpg * CS blocks per
+// group); the block's v channels only. One pass over the state instead of two: with S' = decay S,
+//   kv = S'^T k = decay (S^T k),  delta = beta (v - kv),
+//   o = (S' + k (x) delta)^T q = decay (S^T q) + delta (k . q),
+// so S^T k and S^T q are summed in the same pass over the loaded state (before the gates are
+// known: the in_ba exchange is off the state's path), and S = S decay, S += k delta is applied
+// once delta is known (per element the same two operations as deltanet.cu). Column sums: each
+// thread's rows in order, then the lanes of a warp holding the same columns (xor butterfly),
+// then the warps in order, then the decay factor; k . q = (sum q k) |q|^-1 |k|^-1 scale.
+// Rounding differs from the CPU's (S' summed instead of decay times the sum), within the tests'
+// bound as the unfused kernel's different grouping is.
+//
+// Thread layout: thread tid holds float4 column group cg = tid % CGB (CGB = dv / CS / 4, a power
+// of two <= 32, so a warp's lanes with the same cg differ by multiples of CGB) of rows
+// rg + RG m, rg = tid / CGB, m < RPT. Columns of the norm and the output: thread c < dv / CS.
+#pragma once
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+// In_ba weight chunks per thread and pass in the cluster kernels.
+#define FDC_BA_U 4
+
+// This block's rank in its cluster.
+DEVI uint32_t fdc_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+DEVI void fdc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+// Arrival that orders nothing: only says this block has started (before any DSMEM access).
+DEVI void fdc_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+DEVI void fdc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// Stores v at `p` (an address in this block's shared memory) in block `rank`'s shared memory.
+DEVI void fdc_push(float* p, uint32_t rank, float v) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p), ra;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
+}
+
+// Requests chunks base + g + gn u (g: the thread's index over the cluster, gn: the cluster's
+// threads) of the head's two flattened in_ba rows (b, then a), nch chunks of 8 each.
+DEVI void fdc_ba_load(uint4 (&q)[FDC_BA_U], const uint8_t* wrow_b, const uint8_t* wrow_a, int base,
+                      int g, int gn, int nch) {
+#pragma unroll
+    for (int u = 0; u < FDC_BA_U; u++) {
+        int f = base + g + gn * u;
+        q[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (f < 2 * nch) q[u] = fd_ld16((f < nch ? wrow_b + (size_t)f * 16 : wrow_a + (size_t)(f - nch) * 16));
+    }
+}
+
+// Dots the loaded chunks with x (one 8-term fmaf chain per chunk, as gemv_h) and adds the warp's
+// per-row sums to pba[2 warp + row] (lane 0).
+DEVI void fdc_ba_dot(const uint4 (&q)[FDC_BA_U], const float* __restrict__ xr, float* pba, int base,
+                     int g, int gn, int nch, int lane, int warp, bool bf) {
+#pragma unroll
+    for (int u = 0; u < FDC_BA_U; u++) {
+        int f = base + g + gn * u;
+        int lr = f < 2 * nch ? f / nch : 2;
+        float d = 0.f;
+        if (f < 2 * nch) {
+            const float4* xp = reinterpret_cast<const float4*>(xr) + 2 * (f - lr * nch);
+            const float4 xa = xp[0], xb = xp[1];
+            const uint4 v = q[u];
+            d = fd_h(v.x, false, bf) * xa.x;
+            d = fmaf(fd_h(v.x, true, bf), xa.y, d);
+            d = fmaf(fd_h(v.y, false, bf), xa.z, d);
+            d = fmaf(fd_h(v.y, true, bf), xa.w, d);
+            d = fmaf(fd_h(v.z, false, bf), xb.x, d);
+            d = fmaf(fd_h(v.z, true, bf), xb.y, d);
+            d = fmaf(fd_h(v.w, false, bf), xb.z, d);
+            d = fmaf(fd_h(v.w, true, bf), xb.w, d);
+        }
+        int first = __shfl_sync(0xffffffffu, lr, 0);
+        int last = min(__shfl_sync(0xffffffffu, lr, 31), 1);
+        for (int r = first; r <= last; r++) {
+            float sr = warp_sum(lr == r ? d : 0.f);
+            if (lane == 0) pba[2 * warp + r] += sr;
+        }
+    }
+}
+
+template <int CS, int RPT>
+DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, const float* __restrict__ bsrc,
+                  const float* __restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,
+                  const float* __restrict__ conv_w, const float* __restrict__ a_neg,
+                  const float* __restrict__ dt_bias, const float* __restrict__ norm_w,
+                  float* __restrict__ conv_state, float* __restrict__ state, float* __restrict__ out,
+                  const uint32_t* __restrict__ query_start, const uint32_t* __restrict__ state_slots,
+                  const uint32_t* __restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,
+                  int RG, float l2_eps, float scale, float norm_eps, const uint8_t* __restrict__ wb,
+                  const uint8_t* __restrict__ wa, const float* __restrict__ x, int x_stride, int hidden,
+                  int wfmt, uint32_t* __restrict__ cnt) {
+    extern __shared__ float4 fdc_smem4[];
+    float* smem = (float*)fdc_smem4;
+    const uint32_t rank = fdc_rank();
+    int hpg = hv / hk;
+    int vi = blockIdx.x / CS, kh = vi / hpg, t = vi % hpg, s = blockIdx.y;
+    int h = fd_head(kh, t, hk, hpg, tiled);
+    int tid = threadIdx.x, nt = blockDim.x;
+    int lane = tid % 32, warp = tid / 32, nwarps = nt / 32;
+    int C = 2 * hk * dk + hv * dv;
+    int dvb = dv / CS, col0 = (int)rank * dvb; // this block's v columns
+    int CH = 2 * dk + dvb;                     // its channels: q, k, its v columns
+    int CW = (dvb + 31) / 32;                  // warps holding a norm column
+    int win = K - 1;
+    int CGB = dvb / 4, cg = tid % CGB, rg = tid / CGB;
+    bool active = rg < RG;
+    int arriver = nwarps > 2 ? 64 : 0;     // arrives at the group counter (no norm work)
+    int pusher = nwarps > 1 ? 32 : 0;      // sums and pushes the in_ba partials
+
+    float* red = smem;                     // [nwarps][2][dvb] column partials of S^T k, S^T q
+    float* vec = red + nwarps * 2 * dvb;   // [dvb] delta
+    float* qn = vec + dvb;                 // [dk] normalised, scaled q
+    float* kn = qn + dk;                   // [dk] normalised k
+    float* taps = kn + dk;                 // [CH][K]
+    float* xc = taps + CH * K;             // [CH] conv outputs
+    float* nwin = xc + CH;                 // [win][2 dk] the new q/k window
+    float* pba = nwin + win * 2 * dk;      // [16][2] per-warp in_ba partials
+    float* sba = pba + 32;                 // [CS][2] in_ba partials pushed by the cluster
+    float* sss = sba + 8;                  // [CS][CW] sums of squares pushed by the cluster
+    float* misc = sss + 16;                // k.q, decay, last-block flag
+
+    auto chan = [&](int c) -> int {
+        if (c < dk) return kh * dk + c;
+        if (c < 2 * dk) return hk * dk + kh * dk + (c - dk);
+        return 2 * hk * dk + h * dv + col0 + (c - 2 * dk);
+    };
+    // Weights before the wait.
+    for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
+    float nw = tid < dvb ? norm_w[col0 + tid] : 0.f;
+    float anh = a_neg[h], dtb = dt_bias[h];
+    int nch = hidden / 8, g = (int)rank * nt + tid, gn = CS * nt;
+    const uint8_t* wrow_b = wb + (size_t)h * hidden * 2;
+    const uint8_t* wrow_a = wa + (size_t)h * hidden * 2;
+    uint4 q[FDC_BA_U];
+    if (wfmt) {
+        if (lane == 0) pba[2 * warp] = pba[2 * warp + 1] = 0.f;
+        fdc_ba_load(q, wrow_b, wrow_a, 0, g, gn, nch);
+    }
+    // DSMEM may be written only once every block of the cluster runs: this arrival, waited for
+    // before the first push (long complete by then).
+    fdc_arrive_relaxed();
+
+    pdl_wait();
+    pdl_trigger();
+    uint32_t r0 = query_start[s], r1 = query_start[s + 1];
+    bool has = has_state[s] != 0;
+    float* cst = conv_state + (size_t)state_slots[s] * win * C;
+    float* st = state + ((size_t)state_slots[s] * hv + h) * dk * dv + col0;
+    if (r1 == r0) {
+        // No row: the slot written back as read (zeros when fresh); the q/k window by rank 0
+        // of the group's first head, the v window and state columns by their block.
+        if (!has) {
+            for (int idx = tid; idx < win * CH; idx += nt)
+                if ((t == 0 && rank == 0) || idx % CH >= 2 * dk) cst[(size_t)(idx / CH) * C + chan(idx % CH)] = 0.f;
+            for (int idx = tid; idx < dk * dvb; idx += nt) st[(size_t)(idx / dvb) * dv + idx % dvb] = 0.f;
+        }
+        return;
+    }
+
+    // The state columns first (the longest latency), all RPT float4s in flight.
+    float4 S[RPT];
+#pragma unroll
+    for (int m = 0; m < RPT; m++) {
+        int i = rg + RG * m;
+        S[m] = (has && active && i < dk) ? *(const float4*)&st[(size_t)i * dv + 4 * cg]
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // This column thread's gate inputs (projected) and output gate, used after the state pass.
+    float zv = 0.f, bv = 0.f, av = 0.f;
+    if (tid < dvb) {
+        zv = z[(size_t)r0 * z_stride + h * dv + col0 + tid];
+        if (!wfmt) {
+            bv = bsrc[(size_t)r0 * b_stride + h];
+            av = asrc[(size_t)r0 * a_stride + h];
+        }
+    }
+    if (wfmt) {
+        const float* xr = x + (size_t)r0 * x_stride;
+        for (int base = 0; base < 2 * nch; base += gn * FDC_BA_U) {
+            if (base > 0) fdc_ba_load(q, wrow_b, wrow_a, base, g, gn, nch);
+            fdc_ba_dot(q, xr, pba, base, g, gn, nch, lane, warp, wfmt == 2);
+        }
+    }
+    // Conv + SiLU and the window update (q/k staged: the group's last block writes it).
+    for (int c = tid; c < CH; c += nt) {
+        int ch = chan(c);
+        float hist[FD_MAX_K];
+#pragma unroll
+        for (int j = 0; j < FD_MAX_K; j++) hist[j] = 0.f;
+        if (has) {
+#pragma unroll
+            for (int j = 0; j < FD_MAX_K - 1; j++)
+                if (j < win) hist[j] = cst[(size_t)j * C + ch];
+        }
+        float xv = qkv[(size_t)r0 * qkv_stride + ch];
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < FD_MAX_K; j++)
+            if (j <= win) acc += taps[c * K + j] * (j < win ? hist[j] : xv);
+        xc[c] = silu_f(acc);
+#pragma unroll
+        for (int j = 0; j < FD_MAX_K - 1; j++) {
+            if (j < win) {
+                float nv = j + 1 < win ? hist[j + 1] : xv;
+                if (c < 2 * dk)
+                    nwin[j * 2 * dk + c] = nv;
+                else
+                    cst[(size_t)j * C + ch] = nv;
+            }
+        }
+    }
+    __syncthreads();
+    fdc_wait(); // every block of the cluster has started
+    // Every read of the old window is consumed: arrive (the count is used at the end).
+    uint32_t arrived = 0;
+    if (tid == arriver) arrived = fd_arrive(&cnt[(size_t)s * hk + kh]);
+    if (wfmt && tid == pusher) {
+        float pb = 0.f, pa = 0.f;
+        for (int w = 0; w < nwarps; w++) {
+            pb += pba[2 * w];
+            pa += pba[2 * w + 1];
+        }
+        for (uint32_t r = 0; r < (uint32_t)CS; r++) {
+            fdc_push(&sba[2 * rank], r, pb);
+            fdc_push(&sba[2 * rank + 1], r, pa);
+        }
+    }
+    if (warp == 0) {
+        // q and k L2-normalised (as deltanet_decode), and k . q for the output.
+        float sq = 0.f, sk = 0.f, sqk = 0.f;
+        for (int i = lane; i < dk; i += 32) {
+            float a = xc[i], b = xc[dk + i];
+            sq += a * a;
+            sk += b * b;
+            sqk += a * b;
+        }
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        sqk = warp_sum(sqk);
+        float iq = rsqrtf(sq + l2_eps) * scale, ik = rsqrtf(sk + l2_eps);
+        for (int i = lane; i < dk; i += 32) {
+            qn[i] = xc[i] * iq;
+            kn[i] = xc[dk + i] * ik;
+        }
+        if (lane == 0) misc[0] = sqk * iq * ik;
+    }
+    __syncwarp();
+    fdc_arrive(); // the in_ba partials pushed (waited for after the state pass)
+    __syncthreads();
+
+    // S^T k and S^T q of the undecayed state, one pass.
+    float4 pk = make_float4(0.f, 0.f, 0.f, 0.f), pq = pk;
+    if (active) {
+#pragma unroll
+        for (int m = 0; m < RPT; m++) {
+            int i = rg + RG * m;
+            if (i < dk) {
+                float k = kn[i], qv = qn[i];
+                pk.x += S[m].x * k;
+                pk.y += S[m].y * k;
+                pk.z += S[m].z * k;
+                pk.w += S[m].w * k;
+                pq.x += S[m].x * qv;
+                pq.y += S[m].y * qv;
+                pq.z += S[m].z * qv;
+                pq.w += S[m].w * qv;
+            }
+        }
+    }
+    for (int off = CGB; off < 32; off <<= 1) {
+        pk.x += __shfl_xor_sync(0xffffffffu, pk.x, off);
+        pk.y += __shfl_xor_sync(0xffffffffu, pk.y, off);
+        pk.z += __shfl_xor_sync(0xffffffffu, pk.z, off);
+        pk.w += __shfl_xor_sync(0xffffffffu, pk.w, off);
+        pq.x += __shfl_xor_sync(0xffffffffu, pq.x, off);
+        pq.y += __shfl_xor_sync(0xffffffffu, pq.y, off);
+        pq.z += __shfl_xor_sync(0xffffffffu, pq.z, off);
+        pq.w += __shfl_xor_sync(0xffffffffu, pq.w, off);
+    }
+    if (lane < CGB) {
+        *(float4*)&red[2 * warp * dvb + 4 * cg] = pk;
+        *(float4*)&red[(2 * warp + 1) * dvb + 4 * cg] = pq;
+    }
+    __syncthreads();
+    fdc_wait(); // the in_ba partials are here
+    // Column phase: gates, delta, o and the norm's partial sum of squares.
+    float o = 0.f;
+    if (tid < dvb) {
+        if (wfmt) {
+            for (int r = 0; r < CS; r++) {
+                bv += sba[2 * r];
+                av += sba[2 * r + 1];
+            }
+        }
+        float sk = 0.f, sq = 0.f;
+        for (int w = 0; w < nwarps; w++) {
+            sk += red[2 * w * dvb + tid];
+            sq += red[(2 * w + 1) * dvb + tid];
+        }
+        float decay = expf(anh * softplus_f(av + dtb)), beta = sigmoid_f(bv);
+        float d = (xc[2 * dk + tid] - decay * sk) * beta;
+        o = decay * sq + d * misc[0];
+        vec[tid] = d;
+        if (tid == 0) misc[1] = decay;
+    }
+    if (warp < CW) {
+        float ss = warp_sum(o * o);
+        if (lane == 0)
+            for (uint32_t r = 0; r < (uint32_t)CS; r++) fdc_push(&sss[rank * CW + warp], r, ss);
+    }
+    __syncthreads();
+    fdc_arrive(); // the sums of squares pushed
+    // S = S decay + k delta, stored.
+    {
+        float decay = misc[1];
+        float4 d = *(const float4*)&vec[4 * cg];
+        if (active) {
+#pragma unroll
+            for (int m = 0; m < RPT; m++) {
+                int i = rg + RG * m;
+                if (i < dk) {
+                    float k = kn[i];
+                    S[m].x *= decay;
+                    S[m].y *= decay;
+                    S[m].z *= decay;
+                    S[m].w *= decay;
+                    S[m].x += k * d.x;
+                    S[m].y += k * d.y;
+                    S[m].z += k * d.z;
+                    S[m].w += k * d.w;
+                    *(float4*)&st[(size_t)i * dv + 4 * cg] = S[m];
+                }
+            }
+        }
+    }
+    fdc_wait();
+    if (tid < dvb) {
+        float ss = 0.f;
+        for (int r = 0; r < CS * CW; r++) ss += sss[r];
+        float inv = rsqrtf(ss / (float)dv + norm_eps);
+        out[(size_t)r0 * hv * dv + (size_t)h * dv + col0 + tid] = o * inv * nw * silu_f(zv);
+    }
+    // The group's last block writes the new q/k window and leaves the counter zero.
+    if (tid == arriver) {
+        bool last = arrived == (uint32_t)(hpg * CS - 1);
+        if (last) {
+            fd_acquire();
+            cnt[(size_t)s * hk + kh] = 0u;
+        }
+        misc[2] = last ? 1.f : 0.f;
+    }
+    __syncthreads();
+    if (misc[2] != 0.f) {
+        float* cw = conv_state + (size_t)state_slots[s] * win * C;
+        for (int idx = tid; idx < win * 2 * dk; idx += nt) {
+            int c = idx % (2 * dk);
+            cw[(size_t)(idx / (2 * dk)) * C + (c < dk ? kh * dk + c : hk * dk + kh * dk + (c - dk))] = nwin[idx];
+        }
+    }
+}
+
+#define FDC_PARAMS                                                                                    \
+    const float *__restrict__ qkv, const float *__restrict__ z, const float *__restrict__ bsrc,       \
+        const float *__restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,     \
+        const float *__restrict__ conv_w, const float *__restrict__ a_neg,                            \
+        const float *__restrict__ dt_bias, const float *__restrict__ norm_w,                          \
+        float *__restrict__ conv_state, float *__restrict__ state, float *__restrict__ out,           \
+        const uint32_t *__restrict__ query_start, const uint32_t *__restrict__ state_slots,           \
+        const uint32_t *__restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,     \
+        int RG, float l2_eps, float scale, float norm_eps, const uint8_t *__restrict__ wb,            \
+        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden,        \
+        int wfmt, uint32_t *__restrict__ cnt
+#define FDC_ARGS                                                                                      \
+    qkv, z, bsrc, asrc, qkv_stride, z_stride, b_stride, a_stride, conv_w, a_neg, dt_bias, norm_w,     \
+        conv_state, state, out, query_start, state_slots, has_state, hk, hv, dk, dv, K, tiled, RG,    \
+        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt, cnt
+
+// Two column halves per value head (8 rows per thread: 256 threads at 128 x 128).
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(FDC_PARAMS) {
+    fdc_run<2, 8>(FDC_ARGS);
+}
+// Four column quarters per value head (4 rows per thread: 256 threads at 128 x 128).
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512) deltanet_decode_c4(FDC_PARAMS) {
+    fdc_run<4, 4>(FDC_ARGS);
+}
+
+#endif
