@@ -2,14 +2,14 @@
 // f32 scale per tensor (applied to the result) or f32 scales per 128x128 tile
 // (`weight_scale_inv`, [ceil(rows/128), ceil(cols/128)], value = fp8 * scale).
 //
-//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8|n1k2|n1k4>: decode GEMV for one activation row (f32
-//    activation and accumulation), all one template (gemv_fp8_row1, below) that differs in the
-//    row group: n1 = one warp per 4 rows (16 rows per 128-thread block), n1w8 = one warp per 8
-//    rows (32 per block), n1k2 / n1k4 = the whole 128-thread block per 2 / 4 rows (the columns
-//    split over 4 warps, for matrices with few rows: a 5120-row matrix is 1280 blocks of n1k4
-//    against 320 of n1). The host picks one per shape (gemv_fp8.rs). Launch: block 128, grid
-//    ceil(rows / rows per block).
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8>: decode GEMV for one activation row (f32 activation
+//    and accumulation), one template (gemv_fp8_row1, below) with a warp per 4 rows (n1, 16 rows
+//    per 128-thread block) or per 8 rows (n1w8, 32 per block). The host picks one per shape
+//    (gemv_fp8.rs). Launch: block 128, grid ceil(rows / rows per block). Both can also run a
+//    folded residual-add RMSNorm's producer and consumer halves (rms_fold.cuh).
 //    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
+//    (Whole-block row groups, 2 or 4 rows per block with the columns split over its warps, were
+//    measured in sessions 4 and 5 and won no shape: removed.)
 //  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's
 //    activations go through shared memory 512 columns at a time (all rows of x, f32), so each
 //    weight byte is loaded and decoded once and used for every activation row, and x is read
@@ -158,32 +158,30 @@ __device__ __forceinline__ float dot16(uint4 q, const float* xv) {
 }
 
 // ---- one activation row: one template for every variant ------------------------------------
-// Threads of the block form row groups of T threads (32: one warp; 128: the whole block); a group
-// owns R consecutive weight rows and splits their columns: thread t of the group takes 16-byte
-// chunks t, t + T, t + 2T, ... Each step a thread holds U chunks of each of its R rows in
+// Each warp owns R consecutive weight rows and splits their columns: lane t takes 16-byte
+// chunks t, t + 32, t + 64, ... Each step a thread holds U chunks of each of its R rows in
 // registers (U x R independent 16-byte loads); as it finishes a chunk, it issues the load of the
 // same slot of the next step into the freed registers, so U x R loads stay in flight while it
 // computes (decode is bound by HBM latency x bytes in flight). Weights bypass L1
 // (ld.global.nc.L1::no_allocate) so the activation row, which every group on an SM reads, stays
 // there. R divides 128 and groups start at multiples of R, so a group's rows share one 128-row
 // tile and each chunk needs one tile scale, loaded with its weights. Sums: f32, 16 products per
-// chunk in column order, then one tile-scale FMA per chunk; warp sums by shuffles, and (T = 128)
-// the 4 warp sums of a row added by one thread in a fixed order after the loop (deterministic).
+// chunk in column order, then one tile-scale FMA per chunk; warp sums by shuffles.
 // The first step's weights are loaded before pdl_wait() (no kernel of the step writes them).
 #define FP8R_THREADS 128
 
-// The main loop of every one-row kernel: thread `gt` of a T-thread row group accumulates the
-// dot of x with NR weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced
-// over the group). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
+// The main loop of every one-row kernel: lane `gt` of a warp accumulates the dot of x with NR
+// weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced over the warp). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
 // row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
 // gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
 // after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh).
-template <int E5M2, bool TILED, int DEC, int NR, int NS, int T, int U, class AfterWait>
+template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
                                                 const float* __restrict__ x, int nch, int gt,
                                                 float (&acc)[NR], AfterWait after_wait) {
     static_assert(NR % NS == 0, "equal scale sets");
+    constexpr int T = 32;        // lanes splitting the columns
     constexpr int STEP = T * U;  // chunks per row per step
     constexpr int PER = NR / NS;
 #pragma unroll
@@ -235,24 +233,18 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     }
 }
 
-template <int E5M2, bool TILED, int DEC, int R, int T, int U>
+template <int E5M2, bool TILED, int DEC, int R, int U>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
                                               const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols,
                                               const RmsFold& f) {
-    static_assert(T % 32 == 0 && FP8R_THREADS % T == 0 && 128 % R == 0, "row group shape");
-    // `part` below is per block: a group of several warps must be the whole block.
-    static_assert(T == 32 || T == FP8R_THREADS, "multi-warp groups span the block");
-    constexpr int NW = T / 32;     // warps per row group
-    __shared__ float part[NW][R];  // only T > 32
+    static_assert(128 % R == 0 && R <= 32, "row group shape");
     __shared__ float fold_sh[1];
     const int tid = threadIdx.x, lane = tid & 31;
-    const int gt = tid % T;
-    const int row0 = (blockIdx.x * (FP8R_THREADS / T) + tid / T) * R;
-    // A whole group past the last row (only T = 32: the grid is ceil(rows / rows per block),
-    // and a 128-thread group is the block) has nothing to do and no barrier to reach. With a
-    // fold (T = 32 only) the host launches whole blocks, so every warp reaches the barriers.
+    const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + tid / 32) * R;
+    // A whole warp past the last row has nothing to do and no barrier to reach. With a fold the
+    // host launches whole blocks, so every warp reaches the fold's barriers.
     if (row0 >= rows) return;
     const int nch = cols >> 4;
     const uint4* wr[R];
@@ -264,39 +256,25 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     const float* srow[1] = {TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr};
     float acc[R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, T, U>(wr, srow, x, nch, gt, acc, [&] {
-        if (NW == 1 && f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
+    row1_accumulate<E5M2, TILED, DEC, R, 1, U>(wr, srow, x, nch, lane, acc, [&] {
+        if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
     pdl_trigger();
+    // Butterfly sums: every lane holds every row's total; lane r < R takes row row0 + r.
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-    if (NW == 1) {
-        // Butterfly sums: every lane holds every row's total; lane r < R takes row row0 + r.
-        float v = 0.f;
+    float v = 0.f;
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            if (lane == r) v = TILED ? acc[r] : acc[r] * tscale;
-        const bool mine = lane < R && row0 + lane < rows;
-        if (f.parts_in) {
-            const float rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
-            v *= rs;
-            rms_fold_materialize(x, rs, cols, f);
-        }
-        if (mine) out[row0 + lane] = v;
-        if (f.res) rms_fold_produce(v, mine, row0 + lane, f);
-    } else {
-        if (lane == 0) {
-#pragma unroll
-            for (int r = 0; r < R; r++) part[gt >> 5][r] = acc[r];
-        }
-        __syncthreads();
-        if (gt < R && row0 + gt < rows) {
-            float v = 0.f;
-#pragma unroll
-            for (int k = 0; k < NW; k++) v += part[k][gt];
-            out[row0 + gt] = TILED ? v : v * tscale;
-        }
+    for (int r = 0; r < R; r++)
+        if (lane == r) v = TILED ? acc[r] : acc[r] * tscale;
+    const bool mine = lane < R && row0 + lane < rows;
+    if (f.parts_in) {
+        const float rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
+        v *= rs;
+        rms_fold_materialize(x, rs, cols, f);
     }
+    if (mine) out[row0 + lane] = v;
+    if (f.res) rms_fold_produce(v, mine, row0 + lane, f);
 }
 
 // ---- one activation row of a stacked [gate; up] weight, SwiGLU epilogue ----------------------
@@ -333,7 +311,7 @@ __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w
                             TILED ? sc + (size_t)((o0 + inter) >> 7) * tcols : nullptr};
     float acc[2 * R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, 32, U>(wr, srow, x, nch, lane, acc, [&] {
+    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, U>(wr, srow, x, nch, lane, acc, [&] {
         if (f.parts_in && threadIdx.x < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
     pdl_trigger();
@@ -507,20 +485,18 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     store16(out + (size_t)rl * cols + 16 * c, f);
 }
 
-// One-row variants of one format: name suffix, DEC, R, T, U (see gemv_fp8_row1), and the
-// blocks per SM the registers are capped for (ptxas: n1 94 -> 80 registers without spills, 5 -> 6
-// blocks; the others keep what they use; n1k4 needs its ~120).
-#define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, T, U, MINB)                                  \
+// One-row variants of one format: name suffix, DEC, R, U (see gemv_fp8_row1), and the blocks
+// per SM the registers are capped for (ptxas: n1 94 -> 80 registers without spills, 5 -> 6
+// blocks; n1w8 keeps what it uses).
+#define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, U, MINB)                                     \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_row1<e5m2, tiled, dec, R, T, U>(w, sc, tscale, x, out, rows, cols, f);        \
+        gemv_fp8_row1<e5m2, tiled, dec, R, U>(w, sc, tscale, x, out, rows, cols, f);           \
     }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
-    FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 32, 2, 6)                                      \
-    FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 32, 1, 7)                                    \
-    FP8_ROW1(name, n1k2##tag, e5m2, tiled, dec, 2, FP8R_THREADS, 4, 7)                          \
-    FP8_ROW1(name, n1k4##tag, e5m2, tiled, dec, 4, FP8R_THREADS, 4, 4)
+    FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
+    FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "56f07a942879e938cac130d27311fecdcd172321e23c1021b00734483783b416";
+    "3c23c9e4fdc26c27ea7111337b3c2251de123dffbb42c87cf37f4d28e0174105";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -23,36 +23,26 @@ const GEMV_BLOCK_ROWS: usize = 16;
 const GEMV_BLOCK_THREADS: u32 = 128;
 
 /// The one-row (n = 1) FP8 GEMV variants: one template (`gemv_fp8_row1` in kernels/gemv_fp8.cu)
-/// that differs in how a 128-thread block is split over weight rows. Every variant keeps 8-16
-/// independent 16-byte weight loads in flight per thread and refills each slot as it is used.
+/// that differs in the weight rows per warp. Both keep 8 independent 16-byte weight loads in
+/// flight per thread and refill each slot as it is used. (The whole-block row groups, 2 or 4
+/// rows per block, won no shape in sessions 4 and 5 and were removed.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fp8Row1 {
     /// One warp per 4 rows, 16 rows per block (`_n1`).
     Warp4,
     /// One warp per 8 rows, 32 rows per block (`_n1w8`): half the activation reads per weight.
     Warp8,
-    /// The whole block per 2 rows (`_n1k2`).
-    Split2,
-    /// The whole block per 4 rows (`_n1k4`).
-    Split4,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 4] = [
-        Fp8Row1::Warp4,
-        Fp8Row1::Warp8,
-        Fp8Row1::Split2,
-        Fp8Row1::Split4,
-    ];
+    pub const ALL: [Fp8Row1; 2] = [Fp8Row1::Warp4, Fp8Row1::Warp8];
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
             Fp8Row1::Warp4 => 16,
             Fp8Row1::Warp8 => 32,
-            Fp8Row1::Split2 => 2,
-            Fp8Row1::Split4 => 4,
         }
     }
 
@@ -61,8 +51,6 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 => "warp4",
             Fp8Row1::Warp8 => "warp8",
-            Fp8Row1::Split2 => "split2",
-            Fp8Row1::Split4 => "split4",
         }
     }
 
@@ -100,7 +88,7 @@ static ROW1: AtomicU8 = AtomicU8::new(0);
 static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
 
 /// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
-/// warp4|warp8|split2|split4 forces one (anything else, or unset, is per shape);
+/// warp4|warp8 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
 fn forced_row1() -> Option<Fp8Row1> {
     let v = match ROW1.load(Relaxed) {
@@ -233,13 +221,13 @@ impl Fp8GateUp {
     /// kernel's 4 rows x 2 steps or 8 rows x 1 step become 2 or 4 outputs of 2 rows each) and the
     /// same blocks (16 or 32 rows each), since the bytes in flight per SM are what the one-row
     /// GEMV's speed follows. The 27B MLP (inter 17408 = 34816 stacked rows) takes 2 per warp like
-    /// its stacked GEMV; the 8B-class ones (14336 or 12288: 24-28K stacked rows) 4. The block
-    /// splits have no fused form: they map to 2 per warp. The up rows of a warp must share a
-    /// 128-row tile, so the outputs per warp must divide `inter`: smaller groups where not.
+    /// its stacked GEMV; the 8B-class ones (14336 or 12288: 24-28K stacked rows) 4. The up rows
+    /// of a warp must share a 128-row tile, so the outputs per warp must divide `inter`: smaller
+    /// groups where not.
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 => Fp8GateUp::Warp4,
-            _ => Fp8GateUp::Warp2,
+            Fp8Row1::Warp4 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -514,7 +502,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 24);
+        assert_eq!(seen.len(), 12);
     }
 
     #[test]
@@ -534,7 +522,6 @@ mod tests {
             assert_eq!(G::for_plain(plain, inter), want, "inter {inter}");
         }
         assert_eq!(G::for_plain(Fp8Row1::Warp8, 14338), G::Warp2);
-        assert_eq!(G::for_plain(Fp8Row1::Split4, 17408), G::Warp2);
         for v in [G::Warp1, G::Warp2, G::Warp4] {
             assert_eq!(G::with_outputs(v.outputs_per_warp()), Some(v));
         }

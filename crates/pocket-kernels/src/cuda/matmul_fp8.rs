@@ -116,8 +116,6 @@ impl Fp8Kernel {
                         match v {
                             Fp8Row1::Warp4 => concat!("gemv_fp8_", $f, "_n1", $b),
                             Fp8Row1::Warp8 => concat!("gemv_fp8_", $f, "_n1w8", $b),
-                            Fp8Row1::Split2 => concat!("gemv_fp8_", $f, "_n1k2", $b),
-                            Fp8Row1::Split4 => concat!("gemv_fp8_", $f, "_n1k4", $b),
                         }
                     };
                 }

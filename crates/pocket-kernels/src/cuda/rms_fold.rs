@@ -69,13 +69,11 @@ fn scratch_ptrs(be: &CudaBackend, op: &'static str) -> Result<(u64, u64)> {
     Ok((base, base + 4 * MAX_DIM as u64))
 }
 
-/// The blocks `variant` launches for a `rows`-row weight if a fold may use it:
-/// the warp-per-rows kernels (the block splits have no fold epilogue) over whole blocks (the
-/// fold's barriers need every warp of a block).
+/// The blocks `variant` launches for a `rows`-row weight if a fold may use it: whole blocks
+/// only (the fold's barriers need every warp of a block).
 pub(crate) fn fold_blocks(variant: Fp8Row1, rows: usize) -> Option<usize> {
     let rpb = variant.rows_per_block();
-    let warp = matches!(variant, Fp8Row1::Warp4 | Fp8Row1::Warp8);
-    (warp && rows > 0 && rows.is_multiple_of(rpb)).then_some(rows / rpb)
+    (rows > 0 && rows.is_multiple_of(rpb)).then_some(rows / rpb)
 }
 
 /// [`crate::Backend::matmul_add_rms_norm`] as a producer fold: `Ok(false)` (nothing launched)

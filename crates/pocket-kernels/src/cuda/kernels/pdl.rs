@@ -41,10 +41,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Gemv, "gemv_q8r*"),
     (ModuleId::Gemv, "gemv_q8w_*"),
     (ModuleId::Gemv, "gemv_h_*"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1k2"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1k4"),
-    // The other one-row FP8 variants (one template with the two above): `_n1`, `_n1w8`, and
-    // the `_bits` decode of all four.
+    // The one-row FP8 variants (one template): `_n1`, `_n1w8`, and the `_bits` decode of both.
     (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
@@ -59,7 +56,7 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Deltanet, "delta_chunk_prep"),
     (ModuleId::Deltanet, "delta_chunk_scan"),
     (ModuleId::DeltanetDecode, "deltanet_decode"),
-    // The cluster variants deltanet_decode_c2 and _c4 (sm_90 cubin only).
+    // The cluster variants deltanet_decode_c2 and _c4 (sm_90 cubin only) and _c1.
     (ModuleId::DeltanetDecode, "deltanet_decode_c*"),
 ];
 
