@@ -1,21 +1,25 @@
 // The cluster variant of the fused DeltaNet decode step (included by deltanet_decode.cu, whose
-// helpers it uses; sm_90 only: the compute_75 PTX has no such symbols and the host launches them
-// only from the sm_90 cubin). deltanet_decode_c2 / _c4: a thread-block cluster of CS blocks per
-// (value head, sequence), block `rank` owning v columns [rank dv/CS, (rank+1) dv/CS). Why: at
-// batch 1 the value-head kernel runs 48 blocks on 132 SMs, each walking one head's 64 KB state
-// through a chain of dependent phases; the columns of the delta rule are independent given q, k,
-// g and beta, so CS blocks on CS SMs each load, update and store 64/CS KB, and only two sums
-// cross blocks, exchanged through distributed shared memory (DSMEM):
+// helpers it uses). deltanet_decode_c2 / _c4 are sm_90 only (the compute_75 PTX has no such
+// symbols and the host launches them only from the sm_90 cubin); deltanet_decode_c1, the same
+// code with CS = 1 (no cluster instruction), builds for every GPU and is there for the A/B of
+// the shorter chain below against deltanet_decode.
+//
+// deltanet_decode_c2 / _c4: a thread-block cluster of CS blocks per (value head, sequence), block
+// `rank` owning v columns [rank dv/CS, (rank+1) dv/CS). Why: at batch 1 the value-head kernel
+// runs 48 blocks on 132 SMs, each walking one head's 64 KB state through a chain of dependent
+// phases; the columns of the delta rule are independent given q, k, g and beta, so CS blocks on
+// CS SMs each load, update and store 64/CS KB, and only two sums cross blocks, exchanged through
+// distributed shared memory (DSMEM):
 //   - the in_ba dot (b, a of the head): each block dots an interleaved 1/CS of the 2 x hidden
 //     weight chunks and pushes its two partials into every block's `sba[rank]`;
 //   - the gated RMSNorm's sum of squares over v_dim: each column warp pushes its partial into
 //     every block's `sss[rank][warp]`.
 // Every block first arrives at a cluster barrier it waits on before its first push (DSMEM of a
 // block is valid only once it runs). A push is a remote store followed by
-// barrier.cluster.arrive.release; the reader waits with
-// barrier.cluster.wait.acquire and reads only its own shared memory, so no block touches another
-// block's shared memory after the last barrier and blocks may exit in any order. Each block sums
-// the pushed partials in rank order: every block gets the same bits.
+// barrier.cluster.arrive.release; the reader waits with barrier.cluster.wait.acquire and reads
+// only its own shared memory, so no block touches another block's shared memory after the last
+// barrier and blocks may exit in any order. Each block sums the pushed partials in rank order:
+// every block gets the same bits.
 //
 // Per block (shorter chain than deltanet_decode's): q/k conv + L2 norms computed by every block
 // (4 taps x 256 channels, cheap) from the OLD window, the new q/k window written by the key-head
@@ -36,27 +40,55 @@
 // rg + RG m, rg = tid / CGB, m < RPT. Columns of the norm and the output: thread c < dv / CS.
 #pragma once
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-
 // In_ba weight chunks per thread and pass in the cluster kernels.
 #define FDC_BA_U 4
 
+// Cluster primitives: sm_90 instructions, used only where CS > 1 (deltanet_decode_c1, the
+// one-block form of this kernel, also builds for compute_75, where they are empty).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // This block's rank in its cluster.
-DEVI uint32_t fdc_rank() {
+DEVI uint32_t fdc_rank_sm90() {
     uint32_t r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-DEVI void fdc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+DEVI void fdc_arrive_sm90() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 // Arrival that orders nothing: only says this block has started (before any DSMEM access).
-DEVI void fdc_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-DEVI void fdc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-
+DEVI void fdc_arrive_relaxed_sm90() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+DEVI void fdc_wait_sm90() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 // Stores v at `p` (an address in this block's shared memory) in block `rank`'s shared memory.
-DEVI void fdc_push(float* p, uint32_t rank, float v) {
+DEVI void fdc_store_sm90(float* p, uint32_t rank, float v) {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(p), ra;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
     asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
+}
+#else
+DEVI uint32_t fdc_rank_sm90() { return 0u; }
+DEVI void fdc_arrive_sm90() {}
+DEVI void fdc_arrive_relaxed_sm90() {}
+DEVI void fdc_wait_sm90() {}
+DEVI void fdc_store_sm90(float* p, uint32_t, float v) { *p = v; }
+#endif
+
+template <int CS> DEVI uint32_t fdc_rank() { return CS > 1 ? fdc_rank_sm90() : 0u; }
+template <int CS> DEVI void fdc_arrive() {
+    if constexpr (CS > 1) fdc_arrive_sm90();
+}
+template <int CS> DEVI void fdc_arrive_relaxed() {
+    if constexpr (CS > 1) fdc_arrive_relaxed_sm90();
+}
+template <int CS> DEVI void fdc_wait() {
+    if constexpr (CS > 1) fdc_wait_sm90();
+}
+// Stores v at `p` in every block of the cluster (this one's shared memory when CS = 1: the
+// readers come after a __syncthreads there).
+template <int CS> DEVI void fdc_push(float* p, float v) {
+    if constexpr (CS == 1) {
+        *p = v;
+    } else {
+#pragma unroll
+        for (uint32_t r = 0; r < (uint32_t)CS; r++) fdc_store_sm90(p, r, v);
+    }
 }
 
 // Requests chunks base + g + gn u (g: the thread's index over the cluster, gn: the cluster's
@@ -115,7 +147,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
                   int wfmt, uint32_t* __restrict__ cnt) {
     extern __shared__ float4 fdc_smem4[];
     float* smem = (float*)fdc_smem4;
-    const uint32_t rank = fdc_rank();
+    const uint32_t rank = fdc_rank<CS>();
     int hpg = hv / hk;
     int vi = blockIdx.x / CS, kh = vi / hpg, t = vi % hpg, s = blockIdx.y;
     int h = fd_head(kh, t, hk, hpg, tiled);
@@ -162,7 +194,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
     }
     // DSMEM may be written only once every block of the cluster runs: this arrival, waited for
     // before the first push (long complete by then).
-    fdc_arrive_relaxed();
+    fdc_arrive_relaxed<CS>();
 
     pdl_wait();
     pdl_trigger();
@@ -234,7 +266,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
         }
     }
     __syncthreads();
-    fdc_wait(); // every block of the cluster has started
+    fdc_wait<CS>(); // every block of the cluster has started
     // Every read of the old window is consumed: arrive (the count is used at the end).
     uint32_t arrived = 0;
     if (tid == arriver) arrived = fd_arrive(&cnt[(size_t)s * hk + kh]);
@@ -244,10 +276,8 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
             pb += pba[2 * w];
             pa += pba[2 * w + 1];
         }
-        for (uint32_t r = 0; r < (uint32_t)CS; r++) {
-            fdc_push(&sba[2 * rank], r, pb);
-            fdc_push(&sba[2 * rank + 1], r, pa);
-        }
+        fdc_push<CS>(&sba[2 * rank], pb);
+        fdc_push<CS>(&sba[2 * rank + 1], pa);
     }
     if (warp == 0) {
         // q and k L2-normalised (as deltanet_decode), and k . q for the output.
@@ -269,7 +299,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
         if (lane == 0) misc[0] = sqk * iq * ik;
     }
     __syncwarp();
-    fdc_arrive(); // the in_ba partials pushed (waited for after the state pass)
+    fdc_arrive<CS>(); // the in_ba partials pushed (waited for after the state pass)
     __syncthreads();
 
     // S^T k and S^T q of the undecayed state, one pass.
@@ -306,7 +336,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
         *(float4*)&red[(2 * warp + 1) * dvb + 4 * cg] = pq;
     }
     __syncthreads();
-    fdc_wait(); // the in_ba partials are here
+    fdc_wait<CS>(); // the in_ba partials are here
     // Column phase: gates, delta, o and the norm's partial sum of squares.
     float o = 0.f;
     if (tid < dvb) {
@@ -329,11 +359,10 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
     }
     if (warp < CW) {
         float ss = warp_sum(o * o);
-        if (lane == 0)
-            for (uint32_t r = 0; r < (uint32_t)CS; r++) fdc_push(&sss[rank * CW + warp], r, ss);
+        if (lane == 0) fdc_push<CS>(&sss[rank * CW + warp], ss);
     }
     __syncthreads();
-    fdc_arrive(); // the sums of squares pushed
+    fdc_arrive<CS>(); // the sums of squares pushed
     // S = S decay + k delta, stored.
     {
         float decay = misc[1];
@@ -357,7 +386,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
             }
         }
     }
-    fdc_wait();
+    fdc_wait<CS>();
     if (tid < dvb) {
         float ss = 0.f;
         for (int r = 0; r < CS * CW; r++) ss += sss[r];
@@ -399,6 +428,11 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
         conv_state, state, out, query_start, state_slots, has_state, hk, hv, dk, dv, K, tiled, RG,    \
         l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt, cnt
 
+// One block per value head (512 threads at 128 x 128): this kernel's shorter chain without the
+// cluster, on every GPU (the A/B of the chain against the split).
+extern "C" __global__ void __launch_bounds__(512) deltanet_decode_c1(FDC_PARAMS) { fdc_run<1, 8>(FDC_ARGS); }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Two column halves per value head (8 rows per thread: 256 threads at 128 x 128).
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(FDC_PARAMS) {
     fdc_run<2, 8>(FDC_ARGS);

@@ -7,8 +7,8 @@
 //! are the graph's over 48. Ignored by default; the device run script runs it with `--ignored`.
 //! Look for: fused well below unfused (the Nsight profile had ~19 us of the six per layer); at 1
 //! sequence the cluster variants (`cluster2`, `cluster4`: a value head's columns over 2 or 4
-//! blocks) below the block per value head (`value-head`, 8.68 us in session 5) and `auto` equal
-//! to the best of them; at 4 sequences `auto` equal to `key-head` (15.37 us vs 18.49 us for
+//! blocks; `cluster1`: the same kernel in one block) below the block per value head
+//! (`value-head`, 8.68 us in session 5) and `auto` equal to the best of them; at 4 sequences `auto` equal to `key-head` (15.37 us vs 18.49 us for
 //! `value-head` in session 5, the threshold's source).
 //! Second part: the in_ba projection (BF16 `[96, 5120]` per layer) as its own GEMV before the
 //! fused kernel against inside it (`BaInputs::Weights`), both with the default layout; look for
@@ -31,12 +31,14 @@ const LAYERS: usize = 48;
 const KERNEL: usize = 4;
 
 /// The fused layouts timed (name, `set_deltanet_split`, `set_deltanet_cluster`): a block per key
-/// head, per value head, clusters of 2 and 4 blocks per value head (sm_90 cubin; elsewhere they
-/// run the value-head kernel), and the default choice by batch size (`auto`: clusters of 2 at 1
-/// sequence, key heads at 4).
+/// head, per value head (the session-5 kernel), the cluster kernel's one-block form (`cluster1`:
+/// its shorter chain alone), clusters of 2 and 4 blocks per value head (sm_90 cubin; elsewhere
+/// they run the value-head kernel), and the default choice by batch size (`auto`: clusters of 2
+/// at 1 sequence, key heads at 4).
 const FUSED_VARIANTS: &[(&str, Option<bool>, Option<u8>)] = &[
-    ("key-head", Some(false), Some(1)),
-    ("value-head", Some(true), Some(1)),
+    ("key-head", Some(false), Some(0)),
+    ("value-head", Some(true), Some(0)),
+    ("cluster1", Some(true), Some(1)),
     ("cluster2", Some(true), Some(2)),
     ("cluster4", Some(true), Some(4)),
     ("auto", None, None),

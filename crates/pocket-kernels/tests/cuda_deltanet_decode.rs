@@ -342,7 +342,8 @@ fn fused_decode_matches_unfused_tiny() {
 static LAYOUT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `f` with the value-head layout and clusters of `cs` blocks forced at every batch size
-/// (the sm_90 cubin only; elsewhere the op falls back to the one-block value-head kernel).
+/// (2 and 4 on the sm_90 cubin only, elsewhere the op falls back to the value-head kernel; 1,
+/// the cluster kernel's one-block form, on any GPU).
 #[cfg(feature = "cuda")]
 fn with_cluster(cs: u8, f: impl FnOnce()) {
     let be = match pocket_kernels::cuda::CudaBackend::new(0) {
@@ -358,20 +359,18 @@ fn with_cluster(cs: u8, f: impl FnOnce()) {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     be.set_deltanet_cluster(None);
     be.set_deltanet_split(None);
-    eprintln!(
-        "ran with clusters of {cs} forced (sm_90 cubin only; elsewhere the value-head kernel)"
-    );
+    eprintln!("ran with clusters of {cs} forced (2 and 4: sm_90 cubin only)");
     if let Err(e) = r {
         std::panic::resume_unwind(e);
     }
 }
 
-/// The cluster kernels forced at 1-8 sequences (several waves of clusters at 8: the q/k window's
+/// The cluster kernels (and their one-block form) forced at 1-8 sequences (several waves of clusters at 8: the q/k window's
 /// arrival counter across waves) at the 27B dims, the tiny dims and with in_ba inside.
 #[cfg(feature = "cuda")]
 #[test]
 fn cluster_variants_match_unfused() {
-    for cs in [2u8, 4] {
+    for cs in [1u8, 2, 4] {
         with_cluster(cs, || {
             case_with(params_27b(HeadGrouping::Tiled), 0x281, steps);
             case_with(params_27b(HeadGrouping::Grouped), 0x282, few_steps);
@@ -392,12 +391,14 @@ fn cluster_variants_match_unfused() {
             );
         });
     }
-    // v_dim 8 splits over 2 blocks only (4 would leave 2 columns, not a float4).
-    with_cluster(2, || {
-        case_with(params_tiny(), 0x286, steps);
-        in_ba::case_proj_with(params_tiny(), 272, GgmlType::BF16, 0x287, steps);
-        in_ba::case_proj_with(params_tiny(), 64, GgmlType::F16, 0x288, few_steps);
-    });
+    // v_dim 8 splits over 2 blocks at most (4 would leave 2 columns, not a float4).
+    for cs in [1u8, 2] {
+        with_cluster(cs, || {
+            case_with(params_tiny(), 0x286, steps);
+            in_ba::case_proj_with(params_tiny(), 272, GgmlType::BF16, 0x287, steps);
+            in_ba::case_proj_with(params_tiny(), 64, GgmlType::F16, 0x288, few_steps);
+        });
+    }
 }
 
 #[test]

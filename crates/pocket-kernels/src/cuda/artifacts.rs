@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3c23c9e4fdc26c27ea7111337b3c2251de123dffbb42c87cf37f4d28e0174105";
+    "e3b3eeeabd9fc4896b99c16608e4cdc7fa39ba1c5694e92349e84e2842a2de3a";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

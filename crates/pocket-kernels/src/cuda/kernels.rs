@@ -327,8 +327,8 @@ pub enum Kernel {
     GatedRmsNorm,
     /// The fused Gated DeltaNet decode step (`kernels/deltanet_decode.cu`).
     DeltanetDecode,
-    /// Its cluster variant (sm_90 only): a value head's columns over a cluster of `2` or `4`
-    /// blocks (`kernels/deltanet_decode_cluster.cuh`).
+    /// Its cluster variant: a value head's columns over a cluster of `2` or `4` blocks (sm_90
+    /// only), or its one-block form `1` (`kernels/deltanet_decode_cluster.cuh`).
     DeltanetDecodeCluster(u8),
     /// Row halves of `[rows, 2d]`.
     SplitHalves,
@@ -464,10 +464,10 @@ impl Kernel {
             Kernel::DeltanetDecode => (M::DeltanetDecode, "deltanet_decode"),
             Kernel::DeltanetDecodeCluster(cs) => (
                 M::DeltanetDecode,
-                if cs == 4 {
-                    "deltanet_decode_c4"
-                } else {
-                    "deltanet_decode_c2"
+                match cs {
+                    1 => "deltanet_decode_c1",
+                    4 => "deltanet_decode_c4",
+                    _ => "deltanet_decode_c2",
                 },
             ),
             Kernel::SplitHalves => (M::Deltanet, "split_halves"),

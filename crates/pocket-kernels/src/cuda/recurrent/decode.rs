@@ -10,8 +10,10 @@
 //!   blocks share the q/k conv window through a self-resetting arrival counter, see the
 //!   kernel's header);
 //! - there, on the sm_90 cubin and while the value-head grid leaves SMs idle, a thread-block
-//!   cluster of `POCKET_DELTANET_CLUSTER` (2, the default, or 4; 0 = off) blocks per value head,
-//!   each owning a slice of its columns (`deltanet_decode_c2` / `_c4`);
+//!   cluster of `POCKET_DELTANET_CLUSTER` (2, the default, or 4) blocks per value head, each
+//!   owning a slice of its columns (`deltanet_decode_c2` / `_c4`); `POCKET_DELTANET_CLUSTER=1`
+//!   runs that kernel's one-block form (`deltanet_decode_c1`, any GPU) wherever a block per value
+//!   head runs, `=0` the previous value-head kernel (`deltanet_decode`) everywhere;
 //! - a block per key head, all its value heads in turn, from [`KEY_HEAD_FROM_SEQS`] sequences.
 //!
 //! `POCKET_DELTANET_SPLIT=0` forces the key-head layout and `=1` the value-head one (A/B).
@@ -41,14 +43,15 @@ static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED
 static SPLIT: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_SPLIT");
 /// `POCKET_DELTANET_SPLIT=1` forces the value-head layout (cluster or not) at every batch size.
 static SPLIT_FORCED: EnvSwitch = EnvSwitch::off_unless_one("POCKET_DELTANET_SPLIT");
-/// `POCKET_DELTANET_CLUSTER`: blocks per value head in the cluster variant (2 or 4; 0 or 1 =
-/// the one-block value-head kernel). 2 is the default: each of 96 blocks at 27B batch 1 moves
-/// 32 KB of state on its own SM; 4 (192 blocks, two on some SMs) is there for the A/B.
+/// `POCKET_DELTANET_CLUSTER`: blocks per value head in the cluster variant (2 or 4), 1 = its
+/// one-block form, 0 = the previous value-head kernel. 2 is the default: each of 96 blocks at
+/// 27B batch 1 moves 32 KB of state on its own SM; 4 (192 blocks, two on some SMs) and 1 are
+/// there for the A/B.
 static CLUSTER: EnvNumber = EnvNumber::new("POCKET_DELTANET_CLUSTER", 2);
 /// Process-wide override of `POCKET_DELTANET_SPLIT`: 0 = the environment, 1 = on, 2 = off.
 static SPLIT_SET: AtomicU8 = AtomicU8::new(0);
-/// Process-wide override of `POCKET_DELTANET_CLUSTER`: 0 = the environment, else the size
-/// (1 = off), applied at every batch size.
+/// Process-wide override of `POCKET_DELTANET_CLUSTER`: 0 = the environment, else the size plus
+/// one, applied at every batch size.
 static CLUSTER_SET: AtomicU8 = AtomicU8::new(0);
 
 /// Key-head blocks from this many sequences, value-head blocks below: the session-5 H200 bench
@@ -70,10 +73,11 @@ impl CudaBackend {
     }
 
     /// Overrides `POCKET_DELTANET_CLUSTER` for the value-head launches that follow, in the whole
-    /// process: `Some(n)` runs clusters of `n` blocks (2 or 4; 1 = none) at every batch size
-    /// where they fit, `None` the environment; benches capture the variants in one process.
+    /// process: `Some(n)` runs clusters of `n` blocks (2 or 4; 1 the one-block form, 0 the
+    /// previous kernel) at every batch size where they fit, `None` the environment; benches
+    /// capture the variants in one process.
     pub fn set_deltanet_cluster(&self, size: Option<u8>) {
-        CLUSTER_SET.store(size.map_or(0, |n| n.max(1)), Ordering::Relaxed);
+        CLUSTER_SET.store(size.map_or(0, |n| n.min(254) + 1), Ordering::Relaxed);
     }
 }
 
@@ -93,7 +97,7 @@ fn split_forced() -> Option<bool> {
 fn cluster_asked() -> (usize, bool) {
     match CLUSTER_SET.load(Ordering::Relaxed) {
         0 => (CLUSTER.get(), false),
-        n => (n as usize, true),
+        n => (n as usize - 1, true),
     }
 }
 
@@ -104,14 +108,16 @@ enum Layout {
     KeyHead,
     /// A block per (value head, sequence).
     ValueHead,
-    /// A cluster of this many blocks per (value head, sequence), each a slice of the columns.
+    /// A cluster of this many blocks per (value head, sequence), each a slice of the columns
+    /// (1: the cluster kernel's one-block form).
     Cluster(usize),
 }
 
 /// The layout and geometry for `seqs` sequences on `be`: the forced or batch-size layout
 /// (key heads from [`KEY_HEAD_FROM_SEQS`]), the value-head one turned into clusters where the
-/// sm_90 cubin runs and `seqs x v_heads` blocks leave SMs idle, and the value-head layout where
-/// the key-head one does not fit.
+/// sm_90 cubin runs and `seqs x v_heads` blocks leave SMs idle (or into the one-block form of
+/// the cluster kernel when asked for), and the value-head layout where the key-head one does
+/// not fit.
 fn layout(
     be: &CudaBackend,
     p: &DeltaRuleParams,
@@ -121,10 +127,15 @@ fn layout(
     let split = split_forced().unwrap_or(seqs < KEY_HEAD_FROM_SEQS);
     if split {
         let (cs, forced) = cluster_asked();
-        if (cs == 2 || cs == 4)
-            && be.artifact() == Artifact::Sm90Cubin
-            && (forced || seqs * p.v_heads <= be.sm_count() as usize)
-        {
+        let usable = match cs {
+            1 => true,
+            2 | 4 => {
+                be.artifact() == Artifact::Sm90Cubin
+                    && (forced || seqs * p.v_heads <= be.sm_count() as usize)
+            }
+            _ => false,
+        };
+        if usable {
             if let Ok(g) = cluster_geometry(p, kernel, cs) {
                 return Ok((Layout::Cluster(cs), g));
             }
@@ -225,7 +236,8 @@ fn cluster_geometry(
         return Err(format!("v_dim {} over {cs} blocks", p.v_dim));
     }
     let dvb = p.v_dim / cs;
-    // Rows per thread: 8 in deltanet_decode_c2, 4 in _c4 (256 threads at 128 x 128 either way).
+    // Rows per thread: 8 in deltanet_decode_c1 and _c2, 4 in _c4 (512, 256 and 256 threads at
+    // 128 x 128).
     let rpt = if cs == 4 { 4 } else { 8 };
     let row_groups = p.k_dim.div_ceil(rpt);
     let threads = (groups * row_groups).max(dvb).next_multiple_of(32);
@@ -434,7 +446,7 @@ pub(crate) fn gated_deltanet_decode(
     let hb = geo.heads_per_block;
     let seqs = grid_seqs(OP, meta)?;
     if let Layout::Cluster(cs) = lay {
-        // Every group spans hpg x cs blocks: the counters are always used.
+        // Groups span hpg x cs blocks: the counters are used (also by a lone block).
         let cnt = counters(be, OP, p.k_heads * meta.num_seqs)?;
         let blocks = p.v_heads * cs;
         let bx =
