@@ -11,8 +11,9 @@
 // states one after the other at ~28 GB/s per block, 13.9 us per layer on the H200 for 3 MB r+w);
 // with a block per value head every block issues all of its one state's loads at once (8 float4s
 // per thread, 64 KB per SM in flight) and the three heads of a group run side by side on three
-// SMs, so the step costs one head's latency chain instead of three. nsub = 1 (hb = hpg,
-// POCKET_DELTANET_SPLIT=0) is the previous kernel, kept for the A/B.
+// SMs, so the step costs one head's latency chain instead of three. nsub = 1 (hb = hpg) is the
+// previous kernel: the host runs it from 4 sequences, where it measured faster (decode.rs,
+// KEY_HEAD_FROM_SEQS); POCKET_DELTANET_SPLIT=0 / =1 force either layout.
 //
 // The conv-state race: the q/k conv channels belong to the key head, shared by the nsub blocks of
 // its group. Every block computes the q/k conv (4 taps, cheap) from the OLD window; the new q/k

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "e3b3eeeabd9fc4896b99c16608e4cdc7fa39ba1c5694e92349e84e2842a2de3a";
+    "46d6e60acf9c72d97de8f1ab502d990860988de3b8ed736d0b7c4363d107de10";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
