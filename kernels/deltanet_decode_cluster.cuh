@@ -11,7 +11,9 @@
 // CS SMs each load, update and store 64/CS KB, and only two sums cross blocks, exchanged through
 // distributed shared memory (DSMEM):
 //   - the in_ba dot (b, a of the head): each block dots an interleaved 1/CS of the 2 x hidden
-//     weight chunks and pushes its two partials into every block's `sba[rank]`;
+//     weight chunks (8-term fmaf chains as gemv_h, summed per thread in chunk order, then over
+//     the warp by butterfly, then over warps in order) and pushes its two partials into every
+//     block's `sba[rank]`;
 //   - the gated RMSNorm's sum of squares over v_dim: each column warp pushes its partial into
 //     every block's `sss[rank][warp]`.
 // Every block first arrives at a cluster barrier it waits on before its first push (DSMEM of a
@@ -42,6 +44,9 @@
 
 // In_ba weight chunks per thread and pass in the cluster kernels.
 #define FDC_BA_U 4
+// Conv taps loaded per thread and pass, and conv channels per thread and pass (loads first).
+#define FDC_TAP_U 8
+#define FDC_CONV_U 2
 
 // Cluster primitives: sm_90 instructions, used only where CS > 1 (deltanet_decode_c1, the
 // one-block form of this kernel, also builds for compute_75, where they are empty).
@@ -103,20 +108,20 @@ DEVI void fdc_ba_load(uint4 (&q)[FDC_BA_U], const uint8_t* wrow_b, const uint8_t
     }
 }
 
-// Dots the loaded chunks with x (one 8-term fmaf chain per chunk, as gemv_h) and adds the warp's
-// per-row sums to pba[2 warp + row] (lane 0).
-DEVI void fdc_ba_dot(const uint4 (&q)[FDC_BA_U], const float* __restrict__ xr, float* pba, int base,
-                     int g, int gn, int nch, int lane, int warp, bool bf) {
+// Dots the loaded chunks with x (one 8-term fmaf chain per chunk, as gemv_h) and adds each to
+// this thread's sum of its row (acc[0] b, acc[1] a), in chunk order; the warp's sums come after
+// the last pass (two interleaved butterflies instead of one per chunk and row).
+DEVI void fdc_ba_dot(const uint4 (&q)[FDC_BA_U], const float* __restrict__ xr, float (&acc)[2], int base,
+                     int g, int gn, int nch, bool bf) {
 #pragma unroll
     for (int u = 0; u < FDC_BA_U; u++) {
         int f = base + g + gn * u;
-        int lr = f < 2 * nch ? f / nch : 2;
-        float d = 0.f;
         if (f < 2 * nch) {
+            int lr = f / nch;
             const float4* xp = reinterpret_cast<const float4*>(xr) + 2 * (f - lr * nch);
             const float4 xa = xp[0], xb = xp[1];
             const uint4 v = q[u];
-            d = fd_h(v.x, false, bf) * xa.x;
+            float d = fd_h(v.x, false, bf) * xa.x;
             d = fmaf(fd_h(v.x, true, bf), xa.y, d);
             d = fmaf(fd_h(v.y, false, bf), xa.z, d);
             d = fmaf(fd_h(v.y, true, bf), xa.w, d);
@@ -124,12 +129,10 @@ DEVI void fdc_ba_dot(const uint4 (&q)[FDC_BA_U], const float* __restrict__ xr, f
             d = fmaf(fd_h(v.z, true, bf), xb.y, d);
             d = fmaf(fd_h(v.w, false, bf), xb.z, d);
             d = fmaf(fd_h(v.w, true, bf), xb.w, d);
-        }
-        int first = __shfl_sync(0xffffffffu, lr, 0);
-        int last = min(__shfl_sync(0xffffffffu, lr, 31), 1);
-        for (int r = first; r <= last; r++) {
-            float sr = warp_sum(lr == r ? d : 0.f);
-            if (lane == 0) pba[2 * warp + r] += sr;
+            if (lr == 0)
+                acc[0] += d;
+            else
+                acc[1] += d;
         }
     }
 }
@@ -170,7 +173,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
     float* taps = kn + dk;                 // [CH][K]
     float* xc = taps + CH * K;             // [CH] conv outputs
     float* nwin = xc + CH;                 // [win][2 dk] the new q/k window
-    float* pba = nwin + win * 2 * dk;      // [16][2] per-warp in_ba partials
+    float* pba = nwin + win * 2 * dk;      // [16][2] per-warp in_ba sums
     float* sba = pba + 32;                 // [CS][2] in_ba partials pushed by the cluster
     float* sss = sba + 8;                  // [CS][CW] sums of squares pushed by the cluster
     float* misc = sss + 16;                // k.q, decay, last-block flag
@@ -180,18 +183,28 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
         if (c < 2 * dk) return hk * dk + kh * dk + (c - dk);
         return 2 * hk * dk + h * dv + col0 + (c - 2 * dk);
     };
-    // Weights before the wait.
-    for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
+    // Weights before the wait: the taps in passes of FDC_TAP_U loads per thread, all issued
+    // before the first store (one round trip per pass, one pass at the 27B shape).
+    for (int base = 0; base < CH * K; base += nt * FDC_TAP_U) {
+        float v[FDC_TAP_U];
+#pragma unroll
+        for (int u = 0; u < FDC_TAP_U; u++) {
+            int idx = base + tid + nt * u;
+            v[u] = idx < CH * K ? conv_w[(size_t)chan(idx / K) * K + idx % K] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < FDC_TAP_U; u++) {
+            int idx = base + tid + nt * u;
+            if (idx < CH * K) taps[idx] = v[u];
+        }
+    }
     float nw = tid < dvb ? norm_w[col0 + tid] : 0.f;
     float anh = a_neg[h], dtb = dt_bias[h];
     int nch = hidden / 8, g = (int)rank * nt + tid, gn = CS * nt;
     const uint8_t* wrow_b = wb + (size_t)h * hidden * 2;
     const uint8_t* wrow_a = wa + (size_t)h * hidden * 2;
     uint4 q[FDC_BA_U];
-    if (wfmt) {
-        if (lane == 0) pba[2 * warp] = pba[2 * warp + 1] = 0.f;
-        fdc_ba_load(q, wrow_b, wrow_a, 0, g, gn, nch);
-    }
+    if (wfmt) fdc_ba_load(q, wrow_b, wrow_a, 0, g, gn, nch);
     // DSMEM may be written only once every block of the cluster runs: this arrival, waited for
     // before the first push (long complete by then).
     fdc_arrive_relaxed<CS>();
@@ -232,36 +245,51 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
     }
     if (wfmt) {
         const float* xr = x + (size_t)r0 * x_stride;
+        float acc[2] = {0.f, 0.f};
         for (int base = 0; base < 2 * nch; base += gn * FDC_BA_U) {
             if (base > 0) fdc_ba_load(q, wrow_b, wrow_a, base, g, gn, nch);
-            fdc_ba_dot(q, xr, pba, base, g, gn, nch, lane, warp, wfmt == 2);
+            fdc_ba_dot(q, xr, acc, base, g, gn, nch, wfmt == 2);
+        }
+        acc[0] = warp_sum(acc[0]);
+        acc[1] = warp_sum(acc[1]);
+        if (lane == 0) {
+            pba[2 * warp] = acc[0];
+            pba[2 * warp + 1] = acc[1];
         }
     }
-    // Conv + SiLU and the window update (q/k staged: the group's last block writes it).
-    for (int c = tid; c < CH; c += nt) {
-        int ch = chan(c);
-        float hist[FD_MAX_K];
+    // Conv + SiLU and the window update (q/k staged: the group's last block writes it), in
+    // passes of FDC_CONV_U channels per thread whose loads are all issued first (at the 27B shape
+    // 320 or 288 channels over 256 threads: one pass, one round trip).
+    for (int cb = 0; cb < CH; cb += nt * FDC_CONV_U) {
+        float hist[FDC_CONV_U][FD_MAX_K - 1], xv[FDC_CONV_U];
 #pragma unroll
-        for (int j = 0; j < FD_MAX_K; j++) hist[j] = 0.f;
-        if (has) {
+        for (int u = 0; u < FDC_CONV_U; u++) {
+            int c = cb + tid + nt * u;
+            int ch = c < CH ? chan(c) : 0;
 #pragma unroll
             for (int j = 0; j < FD_MAX_K - 1; j++)
-                if (j < win) hist[j] = cst[(size_t)j * C + ch];
+                hist[u][j] = (has && c < CH && j < win) ? cst[(size_t)j * C + ch] : 0.f;
+            xv[u] = c < CH ? qkv[(size_t)r0 * qkv_stride + ch] : 0.f;
         }
-        float xv = qkv[(size_t)r0 * qkv_stride + ch];
-        float acc = 0.f;
 #pragma unroll
-        for (int j = 0; j < FD_MAX_K; j++)
-            if (j <= win) acc += taps[c * K + j] * (j < win ? hist[j] : xv);
-        xc[c] = silu_f(acc);
+        for (int u = 0; u < FDC_CONV_U; u++) {
+            int c = cb + tid + nt * u;
+            if (c >= CH) continue;
+            int ch = chan(c);
+            float acc = 0.f;
 #pragma unroll
-        for (int j = 0; j < FD_MAX_K - 1; j++) {
-            if (j < win) {
-                float nv = j + 1 < win ? hist[j + 1] : xv;
-                if (c < 2 * dk)
-                    nwin[j * 2 * dk + c] = nv;
-                else
-                    cst[(size_t)j * C + ch] = nv;
+            for (int j = 0; j < FD_MAX_K; j++)
+                if (j <= win) acc += taps[c * K + j] * (j < win ? hist[u][j] : xv[u]);
+            xc[c] = silu_f(acc);
+#pragma unroll
+            for (int j = 0; j < FD_MAX_K - 1; j++) {
+                if (j < win) {
+                    float nv = j + 1 < win ? hist[u][j + 1] : xv[u];
+                    if (c < 2 * dk)
+                        nwin[j * 2 * dk + c] = nv;
+                    else
+                        cst[(size_t)j * C + ch] = nv;
+                }
             }
         }
     }

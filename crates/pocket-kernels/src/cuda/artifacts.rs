@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "46d6e60acf9c72d97de8f1ab502d990860988de3b8ed736d0b7c4363d107de10";
+    "0fd52ed64e6159994d36049ca60523d84f36340e0b0d74bb26bf6640ad5a063c";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
