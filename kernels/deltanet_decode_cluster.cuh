@@ -42,11 +42,17 @@
 // rg + RG m, rg = tid / CGB, m < RPT. Columns of the norm and the output: thread c < dv / CS.
 #pragma once
 
-// In_ba weight chunks per thread and pass in the cluster kernels.
-#define FDC_BA_U 4
+// In_ba weight chunks per thread and pass: 3 with 512 threads per cluster (c1, c2: 1536 >= the
+// 1280 chunks of a 27B head), 2 with 1024 (c4); fewer registers held across the conv loads.
+template <int CS> struct FdcBa {
+    static constexpr int U = CS == 4 ? 2 : 3;
+};
 // Conv taps loaded per thread and pass, and conv channels per thread and pass (loads first).
 #define FDC_TAP_U 8
 #define FDC_CONV_U 2
+// Longest conv kernel of these kernels (Qwen3.5's is 4; the host runs deltanet_decode for longer
+// ones): the window of two channels per thread stays in 6 registers instead of 14.
+#define FDC_MAX_K 4
 
 // Cluster primitives: sm_90 instructions, used only where CS > 1 (deltanet_decode_c1, the
 // one-block form of this kernel, also builds for compute_75, where they are empty).
@@ -98,10 +104,11 @@ template <int CS> DEVI void fdc_push(float* p, float v) {
 
 // Requests chunks base + g + gn u (g: the thread's index over the cluster, gn: the cluster's
 // threads) of the head's two flattened in_ba rows (b, then a), nch chunks of 8 each.
-DEVI void fdc_ba_load(uint4 (&q)[FDC_BA_U], const uint8_t* wrow_b, const uint8_t* wrow_a, int base,
+template <int U>
+DEVI void fdc_ba_load(uint4 (&q)[U], const uint8_t* wrow_b, const uint8_t* wrow_a, int base,
                       int g, int gn, int nch) {
 #pragma unroll
-    for (int u = 0; u < FDC_BA_U; u++) {
+    for (int u = 0; u < U; u++) {
         int f = base + g + gn * u;
         q[u] = make_uint4(0u, 0u, 0u, 0u);
         if (f < 2 * nch) q[u] = fd_ld16((f < nch ? wrow_b + (size_t)f * 16 : wrow_a + (size_t)(f - nch) * 16));
@@ -111,10 +118,11 @@ DEVI void fdc_ba_load(uint4 (&q)[FDC_BA_U], const uint8_t* wrow_b, const uint8_t
 // Dots the loaded chunks with x (one 8-term fmaf chain per chunk, as gemv_h) and adds each to
 // this thread's sum of its row (acc[0] b, acc[1] a), in chunk order; the warp's sums come after
 // the last pass (two interleaved butterflies instead of one per chunk and row).
-DEVI void fdc_ba_dot(const uint4 (&q)[FDC_BA_U], const float* __restrict__ xr, float (&acc)[2], int base,
+template <int U>
+DEVI void fdc_ba_dot(const uint4 (&q)[U], const float* __restrict__ xr, float (&acc)[2], int base,
                      int g, int gn, int nch, bool bf) {
 #pragma unroll
-    for (int u = 0; u < FDC_BA_U; u++) {
+    for (int u = 0; u < U; u++) {
         int f = base + g + gn * u;
         if (f < 2 * nch) {
             int lr = f / nch;
@@ -203,7 +211,7 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
     int nch = hidden / 8, g = (int)rank * nt + tid, gn = CS * nt;
     const uint8_t* wrow_b = wb + (size_t)h * hidden * 2;
     const uint8_t* wrow_a = wa + (size_t)h * hidden * 2;
-    uint4 q[FDC_BA_U];
+    uint4 q[FdcBa<CS>::U];
     if (wfmt) fdc_ba_load(q, wrow_b, wrow_a, 0, g, gn, nch);
     // DSMEM may be written only once every block of the cluster runs: this arrival, waited for
     // before the first push (long complete by then).
@@ -243,10 +251,27 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
             av = asrc[(size_t)r0 * a_stride + h];
         }
     }
+    // Conv + SiLU and the window update (q/k staged: the group's last block writes it), in
+    // passes of FDC_CONV_U channels per thread whose loads are all issued first (at the 27B shape
+    // 384, 320 or 288 channels over 512, 512 or 256 threads: one pass); the first pass's loads
+    // go out before the in_ba dot, so their round trip overlaps that of x.
+    float hist[FDC_CONV_U][FDC_MAX_K - 1], xv[FDC_CONV_U];
+    auto conv_load = [&](int cb) {
+#pragma unroll
+        for (int u = 0; u < FDC_CONV_U; u++) {
+            int c = cb + tid + nt * u;
+            int ch = c < CH ? chan(c) : 0;
+#pragma unroll
+            for (int j = 0; j < FDC_MAX_K - 1; j++)
+                hist[u][j] = (has && c < CH && j < win) ? cst[(size_t)j * C + ch] : 0.f;
+            xv[u] = c < CH ? qkv[(size_t)r0 * qkv_stride + ch] : 0.f;
+        }
+    };
+    conv_load(0);
     if (wfmt) {
         const float* xr = x + (size_t)r0 * x_stride;
         float acc[2] = {0.f, 0.f};
-        for (int base = 0; base < 2 * nch; base += gn * FDC_BA_U) {
+        for (int base = 0; base < 2 * nch; base += gn * FdcBa<CS>::U) {
             if (base > 0) fdc_ba_load(q, wrow_b, wrow_a, base, g, gn, nch);
             fdc_ba_dot(q, xr, acc, base, g, gn, nch, wfmt == 2);
         }
@@ -257,20 +282,8 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
             pba[2 * warp + 1] = acc[1];
         }
     }
-    // Conv + SiLU and the window update (q/k staged: the group's last block writes it), in
-    // passes of FDC_CONV_U channels per thread whose loads are all issued first (at the 27B shape
-    // 320 or 288 channels over 256 threads: one pass, one round trip).
     for (int cb = 0; cb < CH; cb += nt * FDC_CONV_U) {
-        float hist[FDC_CONV_U][FD_MAX_K - 1], xv[FDC_CONV_U];
-#pragma unroll
-        for (int u = 0; u < FDC_CONV_U; u++) {
-            int c = cb + tid + nt * u;
-            int ch = c < CH ? chan(c) : 0;
-#pragma unroll
-            for (int j = 0; j < FD_MAX_K - 1; j++)
-                hist[u][j] = (has && c < CH && j < win) ? cst[(size_t)j * C + ch] : 0.f;
-            xv[u] = c < CH ? qkv[(size_t)r0 * qkv_stride + ch] : 0.f;
-        }
+        if (cb > 0) conv_load(cb);
 #pragma unroll
         for (int u = 0; u < FDC_CONV_U; u++) {
             int c = cb + tid + nt * u;
@@ -278,11 +291,11 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
             int ch = chan(c);
             float acc = 0.f;
 #pragma unroll
-            for (int j = 0; j < FD_MAX_K; j++)
+            for (int j = 0; j < FDC_MAX_K; j++)
                 if (j <= win) acc += taps[c * K + j] * (j < win ? hist[u][j] : xv[u]);
             xc[c] = silu_f(acc);
 #pragma unroll
-            for (int j = 0; j < FD_MAX_K - 1; j++) {
+            for (int j = 0; j < FDC_MAX_K - 1; j++) {
                 if (j < win) {
                     float nv = j + 1 < win ? hist[u][j + 1] : xv[u];
                     if (c < 2 * dk)
@@ -461,9 +474,10 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
 extern "C" __global__ void __launch_bounds__(512) deltanet_decode_c1(FDC_PARAMS) { fdc_run<1, 8>(FDC_ARGS); }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Two column halves per value head (8 rows per thread: 256 threads at 128 x 128).
+// Two column halves per value head (4 rows per thread: 512 threads at 128 x 128; with 8 rows and
+// 256 threads the conv loads hoisted above the in_ba dot spilled).
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(FDC_PARAMS) {
-    fdc_run<2, 8>(FDC_ARGS);
+    fdc_run<2, 4>(FDC_ARGS);
 }
 // Four column quarters per value head (4 rows per thread: 256 threads at 128 x 128).
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512) deltanet_decode_c4(FDC_PARAMS) {

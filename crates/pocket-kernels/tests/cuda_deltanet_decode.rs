@@ -9,9 +9,9 @@
 //! graph. Without a GPU the CUDA half is skipped with a message.
 //!
 //! The CUDA op picks its block layout by batch size (kernels/deltanet_decode.cu and its
-//! cluster variant): at the 27B dims 4 and 8 sequences run a block per key head, 3 a block per
-//! value head, 1 and 2 (`few_steps`) clusters of 2 blocks per value head on an H200; the tiny
-//! shapes run clusters at 3 sequences. `cluster_variants_*` force each variant at every batch
+//! cluster variant): at the 27B dims 4 and 8 sequences run a block per key head, 2 and 3 a block
+//! per value head, 1 (`few_steps`) clusters of 2 blocks per value head on an H200; the tiny
+//! shapes run clusters up to 3 sequences. `cluster_variants_*` force each variant at every batch
 //! size.
 
 use pocket_kernels::recurrent::{BaInputs, ColumnRange, DeltaNetDecodeInputs, WeightRows};
@@ -204,7 +204,8 @@ fn case(p: DeltaRuleParams, seed: u64) {
 
 /// Steps of one and two sequences: one fresh, then continuing, then a second sequence joining,
 /// the two swapped, and one with no row in a fresh slot (written back as zeros). At the 27B dims
-/// 48 and 96 value-head blocks leave a 132-SM H200 idle: the cluster kernel runs.
+/// one sequence runs the cluster kernel on an H200 (96 blocks in one wave), two the value-head
+/// kernel.
 fn few_steps(p: &DeltaRuleParams, rng: &mut Rng) -> Vec<Step> {
     let (w, vw, h) = (p.qkv_width(), p.v_heads * p.v_dim, p.v_heads);
     let mut make = |lens: Vec<usize>, slots: Vec<u32>, has: Vec<u32>| {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "0fd52ed64e6159994d36049ca60523d84f36340e0b0d74bb26bf6640ad5a063c";
+    "9c59e02190cfd142cc339e67845b0ff2a1f896a0e69fce2319aa5d2d93d4320b";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

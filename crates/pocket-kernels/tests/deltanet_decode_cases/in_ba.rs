@@ -145,8 +145,8 @@ fn fused_decode_with_in_ba_at_27b_dims() {
 
 #[test]
 fn fused_decode_with_in_ba_at_27b_dims_one_and_two_sequences() {
-    // The cluster kernel on an H200: each block dots 1/2 of the 2 x 640 chunks, the partials
-    // summed across the cluster.
+    // One sequence: the cluster kernel on an H200, each block dotting 1/2 of the 2 x 640
+    // chunks, the partials summed across the cluster; two: the value-head kernel.
     case_proj_with(
         params_27b(HeadGrouping::Tiled),
         5120,

@@ -9,7 +9,7 @@
 //! - a block per (value head, sequence) below [`KEY_HEAD_FROM_SEQS`] sequences (the group's
 //!   blocks share the q/k conv window through a self-resetting arrival counter, see the
 //!   kernel's header);
-//! - there, on the sm_90 cubin and while the value-head grid leaves SMs idle, a thread-block
+//! - there, on the sm_90 cubin and where the cluster grid fits in one wave, a thread-block
 //!   cluster of `POCKET_DELTANET_CLUSTER` (2, the default, or 4) blocks per value head, each
 //!   owning a slice of its columns (`deltanet_decode_c2` / `_c4`); `POCKET_DELTANET_CLUSTER=1`
 //!   runs that kernel's one-block form (`deltanet_decode_c1`, any GPU) wherever a block per value
@@ -44,9 +44,9 @@ static SPLIT: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_SPLIT");
 /// `POCKET_DELTANET_SPLIT=1` forces the value-head layout (cluster or not) at every batch size.
 static SPLIT_FORCED: EnvSwitch = EnvSwitch::off_unless_one("POCKET_DELTANET_SPLIT");
 /// `POCKET_DELTANET_CLUSTER`: blocks per value head in the cluster variant (2 or 4), 1 = its
-/// one-block form, 0 = the previous value-head kernel. 2 is the default: each of 96 blocks at
-/// 27B batch 1 moves 32 KB of state on its own SM; 4 (192 blocks, two on some SMs) and 1 are
-/// there for the A/B.
+/// one-block form, 0 = the previous value-head kernel. 2 is the default: each of 96 blocks of
+/// 512 threads at 27B batch 1 moves 32 KB of state on its own SM; 4 (192 blocks of 256 threads,
+/// two on some SMs) and 1 are there for the A/B.
 static CLUSTER: EnvNumber = EnvNumber::new("POCKET_DELTANET_CLUSTER", 2);
 /// Process-wide override of `POCKET_DELTANET_SPLIT`: 0 = the environment, 1 = on, 2 = off.
 static SPLIT_SET: AtomicU8 = AtomicU8::new(0);
@@ -115,9 +115,9 @@ enum Layout {
 
 /// The layout and geometry for `seqs` sequences on `be`: the forced or batch-size layout
 /// (key heads from [`KEY_HEAD_FROM_SEQS`]), the value-head one turned into clusters where the
-/// sm_90 cubin runs and `seqs x v_heads` blocks leave SMs idle (or into the one-block form of
-/// the cluster kernel when asked for), and the value-head layout where the key-head one does
-/// not fit.
+/// sm_90 cubin runs and the cluster grid fits in one wave (or into the one-block form of the
+/// cluster kernel when asked for), and the value-head layout where the key-head one does not
+/// fit.
 fn layout(
     be: &CudaBackend,
     p: &DeltaRuleParams,
@@ -129,14 +129,18 @@ fn layout(
         let (cs, forced) = cluster_asked();
         let usable = match cs {
             1 => true,
-            2 | 4 => {
-                be.artifact() == Artifact::Sm90Cubin
-                    && (forced || seqs * p.v_heads <= be.sm_count() as usize)
-            }
+            2 | 4 => be.artifact() == Artifact::Sm90Cubin,
             _ => false,
         };
-        if usable {
-            if let Ok(g) = cluster_geometry(p, kernel, cs) {
+        if let Some(g) = usable
+            .then(|| cluster_geometry(p, kernel, cs).ok())
+            .flatten()
+        {
+            // One wave: the blocks of 128 registers per thread an SM holds (the kernels'
+            // __launch_bounds__(512) cap), one of 512 threads or two of 256. A second wave would
+            // cost a whole chain more than the value-head kernel's one.
+            let per_sm = (65536 / (128 * g.threads)).max(1);
+            if cs == 1 || forced || seqs * p.v_heads * cs <= per_sm * be.sm_count() as usize {
                 return Ok((Layout::Cluster(cs), g));
             }
         }
@@ -151,6 +155,8 @@ const MIN_COUNTERS: usize = 4096;
 
 /// State rows each thread holds (`FD_RPT` in deltanet_decode.cu).
 const RPT: usize = 8;
+/// Longest conv kernel of the cluster kernels (`FDC_MAX_K`).
+const CLUSTER_MAX_K: usize = 4;
 /// Shared floats of the cluster kernel after its sized arrays (`pba`, `sba`, `sss`, `misc`).
 const CLUSTER_FIXED_FLOATS: usize = 32 + 8 + 16 + 4;
 /// The kernel's `__launch_bounds__`.
@@ -231,14 +237,19 @@ fn cluster_geometry(
     cs: usize,
 ) -> std::result::Result<Geometry, String> {
     geometry_for(p, kernel, true)?;
+    if kernel > CLUSTER_MAX_K {
+        return Err(format!(
+            "conv kernel of {kernel} taps (the cluster kernels take up to {CLUSTER_MAX_K})"
+        ));
+    }
     let groups = p.v_dim / cs / 4;
     if !p.v_dim.is_multiple_of(4 * cs) || !groups.is_power_of_two() || groups > 32 {
         return Err(format!("v_dim {} over {cs} blocks", p.v_dim));
     }
     let dvb = p.v_dim / cs;
-    // Rows per thread: 8 in deltanet_decode_c1 and _c2, 4 in _c4 (512, 256 and 256 threads at
+    // Rows per thread: 8 in deltanet_decode_c1, 4 in _c2 and _c4 (512, 512 and 256 threads at
     // 128 x 128).
-    let rpt = if cs == 4 { 4 } else { 8 };
+    let rpt = if cs == 1 { 8 } else { 4 };
     let row_groups = p.k_dim.div_ceil(rpt);
     let threads = (groups * row_groups).max(dvb).next_multiple_of(32);
     if threads > MAX_THREADS {
