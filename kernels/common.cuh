@@ -37,6 +37,18 @@ DEVI void pdl_trigger() {
 #endif
 }
 
+// Where the decode GEMVs let the next kernel launch, set per module by the host
+// (cuda/kernels.rs, `POCKET_PDL_EARLY`): non-zero = right after their own pdl_wait(), so the next
+// kernel's blocks take the SM slots this one's tail frees and issue their weight loads there;
+// 0 = after the main loop. A GEMV calls both; exactly one of them triggers.
+__constant__ int pdl_early;
+DEVI void pdl_trigger_early() {
+    if (pdl_early) pdl_trigger();
+}
+DEVI void pdl_trigger_late() {
+    if (!pdl_early) pdl_trigger();
+}
+
 DEVI float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -147,6 +147,7 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
         }
         if (PDL && !waited) {
             pdl_wait();
+            pdl_trigger_early();
             waited = true;
         }
 #pragma unroll
@@ -164,8 +165,11 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
         }
     }
     if (PDL) {
-        if (!waited) pdl_wait();
-        pdl_trigger();
+        if (!waited) {
+            pdl_wait();
+            pdl_trigger_early();
+        }
+        pdl_trigger_late();
     }
 #pragma unroll
     for (int j = 0; j < NMAX; j++) {
@@ -258,6 +262,7 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
         // load() reads weights only; the activation blocks come from the previous kernels.
         if (!waited) {
             pdl_wait();
+            pdl_trigger_early();
             waited = true;
         }
 #pragma unroll
@@ -269,8 +274,11 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
             }
         }
     }
-    if (!waited) pdl_wait();
-    pdl_trigger();
+    if (!waited) {
+        pdl_wait();
+        pdl_trigger_early();
+    }
+    pdl_trigger_late();
 #pragma unroll
     for (int i = 0; i < R; i++) {
         float s = warp_sum(acc[i]);
@@ -445,6 +453,7 @@ __device__ void gemv_h(const uint8_t* __restrict__ w, const float* __restrict__ 
         }
         if (!waited) {
             pdl_wait();  // x is the previous kernel's output
+            pdl_trigger_early();
             waited = true;
         }
 #pragma unroll
@@ -468,8 +477,11 @@ __device__ void gemv_h(const uint8_t* __restrict__ w, const float* __restrict__ 
             }
         }
     }
-    if (!waited) pdl_wait();
-    pdl_trigger();
+    if (!waited) {
+        pdl_wait();
+        pdl_trigger_early();
+    }
+    pdl_trigger_late();
 #pragma unroll
     for (int i = 0; i < R; i++) {
         const float s = warp_sum(acc[i]);

@@ -206,6 +206,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     }
     // The activation is the previous kernel's output: read it only after the wait.
     pdl_wait();
+    pdl_trigger_early();
     after_wait();
     for (int c0 = gt; c0 < nch; c0 += STEP) {
 #pragma unroll
@@ -259,7 +260,7 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     row1_accumulate<E5M2, TILED, DEC, R, 1, U>(wr, srow, x, nch, lane, acc, [&] {
         if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
-    pdl_trigger();
+    pdl_trigger_late();
     // Butterfly sums: every lane holds every row's total; lane r < R takes row row0 + r.
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
@@ -314,7 +315,7 @@ __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w
     row1_accumulate<E5M2, TILED, 1, 2 * R, 2, U>(wr, srow, x, nch, lane, acc, [&] {
         if (f.parts_in && threadIdx.x < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
-    pdl_trigger();
+    pdl_trigger_late();
     // Butterfly sums: every lane holds every row's total; lane r writes output r.
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) acc[r] = warp_sum(acc[r]);

@@ -238,8 +238,10 @@ fn bench_delta_rule_prefill() {
 }
 
 /// Programmatic dependent launch A/B on the whole 8B decode step (Q4_0 layers, Q6_K output):
-/// the same step with PDL on and off, eager and as a graph, alternating the two settings so
-/// clock drift hits both alike. Skipped where PDL is unsupported.
+/// the same step with PDL off, on with the GEMVs triggering their dependents after the main loop
+/// (`set_pdl_early(false)`), and on with them triggering right after their wait (the default),
+/// eager and as a graph, alternating the settings so clock drift hits all alike. Skipped where
+/// PDL is unsupported.
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_decode_step_8b_pdl() {
@@ -250,21 +252,31 @@ fn bench_decode_step_8b_pdl() {
         eprintln!("skipped: PDL needs the sm_90 cubin");
         return;
     }
+    // (PDL, early trigger, label).
+    let settings = [
+        (false, false, "off"),
+        (true, false, "late"),
+        (true, true, "early"),
+    ];
+    let set = |pdl: bool, early: bool| {
+        be.set_pdl(pdl);
+        be.set_pdl_early(early).unwrap();
+    };
     let mut st = step::Step::new(&be, step::LLAMA3_8B, GgmlType::Q4_0, GgmlType::Q6_K, 128);
     let mut graphs = Vec::new();
-    for on in [false, true] {
-        be.set_pdl(on);
+    for (pdl, early, label) in settings {
+        set(pdl, early);
         st.run(&be);
         let g = capture(&be, || st.run(&be));
         let (prog, edges) = g.edge_counts().unwrap();
-        println!("pdl {on}: graph of {edges} edges, {prog} programmatic");
+        println!("pdl {label}: graph of {edges} edges, {prog} programmatic");
         graphs.push(g);
     }
     // (eager, graph) per setting, over three alternating rounds; the best round of each.
-    let mut best = [[f64::MAX; 2]; 2];
+    let mut best = [[f64::MAX; 2]; 3];
     for _ in 0..3 {
-        for (i, on) in [false, true].into_iter().enumerate() {
-            be.set_pdl(on);
+        for (i, &(pdl, early, _)) in settings.iter().enumerate() {
+            set(pdl, early);
             let eager = time_ms(&be, 2, 10, |_| st.run(&be));
             let graph = time_ms(&be, 3, 30, |_| graphs[i].replay().unwrap());
             best[i][0] = best[i][0].min(eager);
@@ -272,21 +284,24 @@ fn bench_decode_step_8b_pdl() {
         }
     }
     be.synchronize().unwrap();
+    set(true, true);
     println!("\n==== summary: decode step, PDL A/B ====");
-    for (i, on) in ["off", "on "].into_iter().enumerate() {
+    for (i, (_, _, label)) in settings.into_iter().enumerate() {
         println!(
-            "step 8B Q4_0 PDL {on}: eager {:6.3} ms ({:6.1} tok/s), graph {:6.3} ms ({:6.1} tok/s)",
+            "step 8B Q4_0 PDL {label:5}: eager {:6.3} ms ({:6.1} tok/s), graph {:6.3} ms ({:6.1} tok/s)",
             best[i][0],
             1e3 / best[i][0],
             best[i][1],
             1e3 / best[i][1]
         );
     }
-    println!(
-        "step 8B Q4_0 PDL on/off: eager {:+.1}%, graph {:+.1}% time",
-        100.0 * (best[1][0] / best[0][0] - 1.0),
-        100.0 * (best[1][1] / best[0][1] - 1.0)
-    );
+    for (i, label) in [(1, "late/off"), (2, "early/late")] {
+        println!(
+            "step 8B Q4_0 PDL {label}: eager {:+.1}%, graph {:+.1}% time",
+            100.0 * (best[i][0] / best[i - 1][0] - 1.0),
+            100.0 * (best[i][1] / best[i - 1][1] - 1.0)
+        );
+    }
 }
 
 /// The GEMV tails A/B on the whole decode step (`set_gemv_tail`, as `POCKET_GEMV_TAIL`): the

@@ -98,7 +98,7 @@ struct Shape {
 /// Qwen3.5-27B (o/out projection 5120x6144, in_proj_qkvz 16384 rows: the 8-row warp kernel,
 /// MLP 17408), a small one (the 4-row warp kernel, 16 partial sums), one whose consumer is not
 /// whole blocks (100 rows: the fold is written out before it instead) and one whose producer is
-/// not (d = 200: no fold at all).
+/// not (d = 16400 rows take the 8-row warp kernel, 32 rows per block: no fold at all).
 const SHAPES: [Shape; 4] = [
     Shape {
         d: 5120,
@@ -119,8 +119,8 @@ const SHAPES: [Shape; 4] = [
         inter: 6,
     },
     Shape {
-        d: 200,
-        in_cols: 208,
+        d: 16400,
+        in_cols: 64,
         out_rows: 64,
         inter: 8,
     },

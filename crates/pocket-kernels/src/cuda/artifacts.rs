@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9c59e02190cfd142cc339e67845b0ff2a1f896a0e69fce2319aa5d2d93d4320b";
+    "74df5d35df1db10bb3c626d837bf67589362ed042402723ec0c5922c225c86a2";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

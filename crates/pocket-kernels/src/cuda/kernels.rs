@@ -546,6 +546,34 @@ impl KernelTable {
         })
     }
 
+    /// Writes `value` to the `__constant__ int` `name` of every module that has one (in stream
+    /// order on `stream`, so launches queued after it see the new value).
+    pub(crate) fn set_constant_i32(
+        &self,
+        stream: &Arc<cudarc::driver::CudaStream>,
+        name: &str,
+        value: i32,
+    ) -> Result<()> {
+        for (m, module) in &self.modules {
+            // A module that never reads the constant may not have kept it.
+            let Ok(mut global) = module.get_global(name, stream) else {
+                continue;
+            };
+            let fail = |e: cudarc::driver::DriverError| KernelError::Cuda {
+                op: "set_constant",
+                msg: format!("kernels/{}.cu `{name}`: {e}", m.name()),
+            };
+            // SAFETY: the symbol is an `int` (4 bytes, checked by the view's length).
+            let mut view = unsafe { global.transmute_mut::<i32>(1) }.ok_or_else(|| {
+                fail(cudarc::driver::DriverError(
+                    cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                ))
+            })?;
+            stream.memcpy_htod(&[value], &mut view).map_err(fail)?;
+        }
+        Ok(())
+    }
+
     /// The function handle of `k` (resolved once, then cached).
     pub(crate) fn get(&self, k: Kernel) -> Result<CudaFunction> {
         Ok(self.get_launch(k)?.0)

@@ -177,6 +177,8 @@ impl CudaBackend {
         let pool = Pool::new(ctx.clone());
         static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
+        static PDL_EARLY: switch::EnvSwitch = switch::EnvSwitch::on_unless_zero("POCKET_PDL_EARLY");
+        kernels.set_constant_i32(&stream, "pdl_early", PDL_EARLY.on() as i32)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
@@ -245,6 +247,14 @@ impl CudaBackend {
         let on = on && self.pdl_supported;
         self.pdl.store(on, std::sync::atomic::Ordering::Relaxed);
         on
+    }
+
+    /// Where the decode GEMVs trigger their dependent launch (kernels/common.cuh `pdl_early`):
+    /// right after their own wait (`true`, the default; `POCKET_PDL_EARLY=0` turns it off) or
+    /// after their main loop. Affects launches and graph replays that run after it.
+    pub fn set_pdl_early(&self, early: bool) -> Result<()> {
+        self.kernels
+            .set_constant_i32(&self.stream, "pdl_early", early as i32)
     }
 
     /// Forgets the cached activation quantization (see `q8_cache`).
