@@ -259,8 +259,10 @@ fn bench_decode_step_8b_pdl() {
         (true, true, "early"),
     ];
     let set = |pdl: bool, early: bool| {
+        use pocket_kernels::cuda::PdlEarly;
         be.set_pdl(pdl);
-        be.set_pdl_early(early).unwrap();
+        be.set_pdl_early(if early { PdlEarly::All } else { PdlEarly::None })
+            .unwrap();
     };
     let mut st = step::Step::new(&be, step::LLAMA3_8B, GgmlType::Q4_0, GgmlType::Q6_K, 128);
     let mut graphs = Vec::new();
@@ -284,7 +286,9 @@ fn bench_decode_step_8b_pdl() {
         }
     }
     be.synchronize().unwrap();
-    set(true, true);
+    be.set_pdl(true);
+    be.set_pdl_early(pocket_kernels::cuda::PdlEarly::Dp4a)
+        .unwrap();
     println!("\n==== summary: decode step, PDL A/B ====");
     for (i, (_, _, label)) in settings.into_iter().enumerate() {
         println!(

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "74df5d35df1db10bb3c626d837bf67589362ed042402723ec0c5922c225c86a2";
+    "e42cc3555449289996aa6f50c9678478ddd2d1e73e1e8058a5768c61c9f3fbc4";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -32,17 +32,27 @@ pub enum Fp8Row1 {
     Warp4,
     /// One warp per 8 rows, 32 rows per block (`_n1w8`): half the activation reads per weight.
     Warp8,
+    /// [`Fp8Row1::Warp4`] with 4 steps in flight (16 loads per thread, `_n1d`): for matrices
+    /// with few rows, whose few warps per SM leave too few bytes in flight.
+    Warp4Deep,
+    /// [`Fp8Row1::Warp8`] with 2 steps in flight (16 loads per thread, `_n1w8d`).
+    Warp8Deep,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 2] = [Fp8Row1::Warp4, Fp8Row1::Warp8];
+    pub const ALL: [Fp8Row1; 4] = [
+        Fp8Row1::Warp4,
+        Fp8Row1::Warp8,
+        Fp8Row1::Warp4Deep,
+        Fp8Row1::Warp8Deep,
+    ];
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
-            Fp8Row1::Warp4 => 16,
-            Fp8Row1::Warp8 => 32,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep => 16,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }
 
@@ -51,6 +61,8 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 => "warp4",
             Fp8Row1::Warp8 => "warp8",
+            Fp8Row1::Warp4Deep => "warp4d",
+            Fp8Row1::Warp8Deep => "warp8d",
         }
     }
 
@@ -59,21 +71,32 @@ impl Fp8Row1 {
         Fp8Row1::ALL.into_iter().find(|v| v.name() == s)
     }
 
-    /// The default for a `rows x cols` weight, from the H200 measurement of every variant at the
-    /// 27B shapes with the f16-conversion decode (`bench_fp8_gemv_27b`,
-    /// docs/performance/logs/2026-11-30-s4-run1/cuda_bench_decode.log): the 8-row warp kernel
-    /// was fastest at 14336..17408 rows (20.9 / 23.0 / 24.3 us against 21.7 / 24.1 / 25.2 for
-    /// the 4-row block split), the 4-row warp kernel everywhere else (34816 rows 44.3 us,
-    /// 10240 rows 14.8 against 17.1, 5120 rows at 6144 and 17408 columns 11.7 / 26.7 against
-    /// 12.0 / 27.4); the block splits won no shape once the decode got cheaper.
+    /// The default for a `rows x cols` weight, from the H200 measurements of every variant at
+    /// the 27B shapes (`bench_fp8_gemv_27b`): the 8-row warp kernels at 12K..32K rows (session
+    /// 4: 14336..17408 rows faster than the 4-row ones), the 4-row ones elsewhere; below 32K
+    /// rows the deep forms (few blocks per SM: more loads in flight per thread; session 6,
+    /// docs/performance/logs/2026-11-30-s6-ncu-fp8/).
+    /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
     pub fn for_shape(rows: usize, _cols: usize) -> Fp8Row1 {
-        if (WARP8_MIN_ROWS..WARP8_END_ROWS).contains(&rows) {
-            Fp8Row1::Warp8
+        let deep = DEEP.on();
+        if rows >= WARP8_END_ROWS {
+            Fp8Row1::Warp4
+        } else if rows >= WARP8_MIN_ROWS {
+            if deep {
+                Fp8Row1::Warp8Deep
+            } else {
+                Fp8Row1::Warp8
+            }
+        } else if deep {
+            Fp8Row1::Warp4Deep
         } else {
             Fp8Row1::Warp4
         }
     }
 }
+
+/// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
+static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -88,7 +111,7 @@ static ROW1: AtomicU8 = AtomicU8::new(0);
 static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
 
 /// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
-/// warp4|warp8 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
 fn forced_row1() -> Option<Fp8Row1> {
     let v = match ROW1.load(Relaxed) {
@@ -226,8 +249,8 @@ impl Fp8GateUp {
     /// groups where not.
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
-            Fp8Row1::Warp8 => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 => Fp8GateUp::Warp2,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -464,17 +487,17 @@ mod tests {
 
     #[test]
     fn row1_variant_per_shape_and_by_name() {
-        use Fp8Row1::{Warp4, Warp8};
+        use Fp8Row1::{Warp4, Warp4Deep, Warp8Deep};
         // The FP8 projections of Qwen3.5-27B: MLP gate|up and down, DeltaNet qkv|z and out,
         // attention q|gate|k|v and o.
         let shapes = [
             (34816, 5120, Warp4),
-            (16384, 5120, Warp8),
-            (14336, 5120, Warp8),
-            (17408, 5120, Warp8),
-            (10240, 5120, Warp4),
-            (5120, 17408, Warp4),
-            (5120, 6144, Warp4),
+            (16384, 5120, Warp8Deep),
+            (14336, 5120, Warp8Deep),
+            (17408, 5120, Warp8Deep),
+            (10240, 5120, Warp4Deep),
+            (5120, 17408, Warp4Deep),
+            (5120, 6144, Warp4Deep),
         ];
         for (r, c, want) in shapes {
             assert_eq!(Fp8Row1::for_shape(r, c), want, "{r}x{c}");
@@ -502,7 +525,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 12);
+        assert_eq!(seen.len(), 24);
     }
 
     #[test]

@@ -546,15 +546,16 @@ impl KernelTable {
         })
     }
 
-    /// Writes `value` to the `__constant__ int` `name` of every module that has one (in stream
-    /// order on `stream`, so launches queued after it see the new value).
+    /// Writes `value(module)` to the `__constant__ int` `name` of every module that has one (in
+    /// stream order on `stream`, so launches queued after it see the new value).
     pub(crate) fn set_constant_i32(
         &self,
         stream: &Arc<cudarc::driver::CudaStream>,
         name: &str,
-        value: i32,
+        value: impl Fn(ModuleId) -> i32,
     ) -> Result<()> {
-        for (m, module) in &self.modules {
+        for (&m, module) in &self.modules {
+            let value = value(m);
             // A module that never reads the constant may not have kept it.
             let Ok(mut global) = module.get_global(name, stream) else {
                 continue;

@@ -116,6 +116,8 @@ impl Fp8Kernel {
                         match v {
                             Fp8Row1::Warp4 => concat!("gemv_fp8_", $f, "_n1", $b),
                             Fp8Row1::Warp8 => concat!("gemv_fp8_", $f, "_n1w8", $b),
+                            Fp8Row1::Warp4Deep => concat!("gemv_fp8_", $f, "_n1d", $b),
+                            Fp8Row1::Warp8Deep => concat!("gemv_fp8_", $f, "_n1w8d", $b),
                         }
                     };
                 }

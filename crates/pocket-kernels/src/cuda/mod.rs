@@ -133,6 +133,39 @@ pub struct CudaBackend {
     rms_fold: Mutex<Option<rms_fold::PendingFold>>,
 }
 
+/// Which GEMV modules trigger their dependent launch early (kernels/common.cuh `pdl_early`).
+/// Early lets the next kernel's blocks take SM slots as this one's tail frees them; measured on
+/// the H200 (session 6): the Llama-8B Q4_0 step graph 2.141 -> 2.106 ms with the dp4a GEMVs
+/// early, but the Qwen3.5-27B FP8 decode 115.8 -> 105.8 tok/s with the FP8 ones early (their
+/// successors are grids of one wave or less, which then crowd onto the SMs freed first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PdlEarly {
+    /// Every GEMV triggers after its main loop (`POCKET_PDL_EARLY=0`).
+    None,
+    /// The dp4a GEMVs (kernels/gemv.cu) early, the FP8 ones late (the default).
+    Dp4a,
+    /// Every GEMV early (`POCKET_PDL_EARLY=all`).
+    All,
+}
+
+impl PdlEarly {
+    fn from_env() -> PdlEarly {
+        match std::env::var("POCKET_PDL_EARLY").as_deref() {
+            Ok("0") => PdlEarly::None,
+            Ok("all") => PdlEarly::All,
+            _ => PdlEarly::Dp4a,
+        }
+    }
+
+    fn applies(self, m: artifacts::ModuleId) -> bool {
+        match self {
+            PdlEarly::None => false,
+            PdlEarly::Dp4a => m == artifacts::ModuleId::Gemv,
+            PdlEarly::All => true,
+        }
+    }
+}
+
 /// PDL where supported unless `POCKET_PDL=0`.
 fn pdl_from_env() -> bool {
     std::env::var("POCKET_PDL").map_or(true, |v| v != "0")
@@ -177,8 +210,8 @@ impl CudaBackend {
         let pool = Pool::new(ctx.clone());
         static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
-        static PDL_EARLY: switch::EnvSwitch = switch::EnvSwitch::on_unless_zero("POCKET_PDL_EARLY");
-        kernels.set_constant_i32(&stream, "pdl_early", PDL_EARLY.on() as i32)?;
+        let early = PdlEarly::from_env();
+        kernels.set_constant_i32(&stream, "pdl_early", |m| early.applies(m) as i32)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
@@ -249,12 +282,12 @@ impl CudaBackend {
         on
     }
 
-    /// Where the decode GEMVs trigger their dependent launch (kernels/common.cuh `pdl_early`):
-    /// right after their own wait (`true`, the default; `POCKET_PDL_EARLY=0` turns it off) or
-    /// after their main loop. Affects launches and graph replays that run after it.
-    pub fn set_pdl_early(&self, early: bool) -> Result<()> {
+    /// Which decode GEMVs trigger their dependent launch right after their own wait instead of
+    /// after their main loop (kernels/common.cuh `pdl_early`); the environment's choice is
+    /// `POCKET_PDL_EARLY`. Affects launches and graph replays that run after it.
+    pub fn set_pdl_early(&self, early: PdlEarly) -> Result<()> {
         self.kernels
-            .set_constant_i32(&self.stream, "pdl_early", early as i32)
+            .set_constant_i32(&self.stream, "pdl_early", |m| early.applies(m) as i32)
     }
 
     /// Forgets the cached activation quantization (see `q8_cache`).
