@@ -122,7 +122,7 @@ fn bench_fp8_gemv_27b() {
         let x = bench_x(1, cols);
         let xt = be.upload_f32(&x, &[1, cols]).unwrap();
         let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
-        let default = Fp8Row1::for_shape(rows, cols);
+        let default = Fp8Row1::for_shape(rows, cols, be.sm_count() as usize);
         let mut results = Vec::new();
         for bits in [false, true] {
             for v in Fp8Row1::ALL {

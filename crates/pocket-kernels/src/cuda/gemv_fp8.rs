@@ -71,29 +71,36 @@ impl Fp8Row1 {
         Fp8Row1::ALL.into_iter().find(|v| v.name() == s)
     }
 
-    /// The default for a `rows x cols` weight, from the H200 measurements of every variant at
-    /// the 27B shapes (`bench_fp8_gemv_27b`): the 8-row warp kernels at 12K..32K rows (session
-    /// 4: 14336..17408 rows faster than the 4-row ones), the 4-row ones elsewhere; below 32K
-    /// rows the deep forms (few blocks per SM: more loads in flight per thread; session 6,
-    /// docs/performance/logs/2026-11-30-s6-ncu-fp8/).
+    /// The default for a `rows x cols` weight on a GPU of `sms` multiprocessors, from the H200
+    /// measurements of every variant at the 27B shapes (`bench_fp8_gemv_27b`): the 8-row warp
+    /// kernels at 12K..32K rows (session 4: 14336..17408 rows faster than the 4-row ones), the
+    /// 4-row ones elsewhere; the deep form of that kernel where its grid fits in one wave (at
+    /// most [`DEEP_BLOCKS_PER_SM`] blocks per SM). Session 6 (H200, 132 SMs,
+    /// docs/performance/logs/2026-11-30-s6-final/cuda_bench_decode.log): deep 5120x17408 25.7
+    /// against 27.2 us, 5120x6144 11.5 / 11.8, 16384x5120 22.9 / 23.3, 14336x5120 20.6 / 20.9,
+    /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
+    /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
-    pub fn for_shape(rows: usize, _cols: usize) -> Fp8Row1 {
-        let deep = DEEP.on();
-        if rows >= WARP8_END_ROWS {
-            Fp8Row1::Warp4
+    pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
+        let (plain, deep) = if rows >= WARP8_END_ROWS {
+            return Fp8Row1::Warp4;
         } else if rows >= WARP8_MIN_ROWS {
-            if deep {
-                Fp8Row1::Warp8Deep
-            } else {
-                Fp8Row1::Warp8
-            }
-        } else if deep {
-            Fp8Row1::Warp4Deep
+            (Fp8Row1::Warp8, Fp8Row1::Warp8Deep)
         } else {
-            Fp8Row1::Warp4
+            (Fp8Row1::Warp4, Fp8Row1::Warp4Deep)
+        };
+        let one_wave = rows.div_ceil(deep.rows_per_block()) <= DEEP_BLOCKS_PER_SM * sms;
+        if DEEP.on() && one_wave {
+            deep
+        } else {
+            plain
         }
     }
 }
+
+/// Blocks of a deep form one SM holds at once (`__launch_bounds__(128, 4)` in gemv_fp8.cu: 128
+/// registers per thread).
+pub const DEEP_BLOCKS_PER_SM: usize = 4;
 
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
@@ -319,7 +326,8 @@ pub(crate) fn gate_up_silu(
     let (wp, sp) = weight_ptrs(be, OP, kind, w)?;
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
-    let v = variant.unwrap_or_else(|| Fp8GateUp::for_plain(row1_variant(w.rows, w.cols), inter));
+    let v =
+        variant.unwrap_or_else(|| Fp8GateUp::for_plain(row1_variant(be, w.rows, w.cols), inter));
     if !inter.is_multiple_of(v.outputs_per_warp()) {
         return Err(shape_err(
             OP,
@@ -378,9 +386,10 @@ impl GemvRows {
     }
 }
 
-/// The one-row variant for a `rows x cols` weight: the forced one, else the per-shape choice.
-pub(crate) fn row1_variant(rows: usize, cols: usize) -> Fp8Row1 {
-    forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols))
+/// The one-row variant for a `rows x cols` weight on `be`: the forced one, else the per-shape
+/// choice.
+pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row1 {
+    forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
 }
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
@@ -445,7 +454,7 @@ pub(crate) fn gemv(
     m: usize,
 ) -> Result<()> {
     if m == 1 {
-        let variant = row1_variant(rows, cols);
+        let variant = row1_variant(be, rows, cols);
         // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs): read x * g
         // from the fold scratch instead.
         let whole = rms_fold::fold_blocks(variant, rows).is_some();
@@ -487,21 +496,24 @@ mod tests {
 
     #[test]
     fn row1_variant_per_shape_and_by_name() {
-        use Fp8Row1::{Warp4, Warp4Deep, Warp8Deep};
-        // The FP8 projections of Qwen3.5-27B: MLP gate|up and down, DeltaNet qkv|z and out,
-        // attention q|gate|k|v and o.
+        use Fp8Row1::{Warp4, Warp4Deep, Warp8, Warp8Deep};
+        // The FP8 projections of Qwen3.5-27B (MLP gate|up and down, DeltaNet qkv|z and out,
+        // attention q|gate|k|v and o) and two more on the H200's 132 SMs: the deep forms where
+        // their grid fits in one wave (528 blocks).
         let shapes = [
             (34816, 5120, Warp4),
             (16384, 5120, Warp8Deep),
             (14336, 5120, Warp8Deep),
-            (17408, 5120, Warp8Deep),
-            (10240, 5120, Warp4Deep),
+            (17408, 5120, Warp8),
+            (10240, 5120, Warp4),
             (5120, 17408, Warp4Deep),
             (5120, 6144, Warp4Deep),
         ];
         for (r, c, want) in shapes {
-            assert_eq!(Fp8Row1::for_shape(r, c), want, "{r}x{c}");
+            assert_eq!(Fp8Row1::for_shape(r, c, 132), want, "{r}x{c}");
         }
+        // A smaller GPU (46 SMs, an RTX 2080 Ti-class part): 5120 rows are past one wave.
+        assert_eq!(Fp8Row1::for_shape(5120, 6144, 46), Warp4);
         for v in Fp8Row1::ALL {
             assert_eq!(Fp8Row1::parse(v.name()), Some(v));
             assert_eq!(128 % v.rows_per_block().min(128), 0);
@@ -541,7 +553,7 @@ mod tests {
             (1030, G::Warp2),
             (1031, G::Warp1),
         ] {
-            let plain = Fp8Row1::for_shape(2 * inter, 5120);
+            let plain = Fp8Row1::for_shape(2 * inter, 5120, 132);
             assert_eq!(G::for_plain(plain, inter), want, "inter {inter}");
         }
         assert_eq!(G::for_plain(Fp8Row1::Warp8, 14338), G::Warp2);

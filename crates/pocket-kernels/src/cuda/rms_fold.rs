@@ -102,7 +102,7 @@ pub(crate) fn produce(
         && normed.numel() == d
         && norm_w.numel() == d
         && d <= MAX_DIM;
-    let variant = super::gemv_fp8::row1_variant(w.rows, w.cols);
+    let variant = super::gemv_fp8::row1_variant(be, w.rows, w.cols);
     let Some(blocks) = fold_blocks(variant, d).filter(|&b| b <= MAX_PARTS) else {
         return Ok(false);
     };
