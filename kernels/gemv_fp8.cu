@@ -2,10 +2,10 @@
 // f32 scale per tensor (applied to the result) or f32 scales per 128x128 tile
 // (`weight_scale_inv`, [ceil(rows/128), ceil(cols/128)], value = fp8 * scale).
 //
-//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8|n1d|n1w8d>: decode GEMV for one activation row (f32
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8|n1d|n1w8d|n1d6>: decode GEMV for one activation row (f32
 //    activation and accumulation), one template (gemv_fp8_row1, below) with a warp per 4 rows
 //    (n1, 16 rows per 128-thread block) or per 8 rows (n1w8, 32 per block), and their deep forms
-//    with twice the loads in flight (n1d, n1w8d; see FP8_ROW1_ALL). The host picks one per shape
+//    with two or four times the loads in flight (n1d, n1w8d, n1d6; see FP8_ROW1_ALL). The host picks one per shape
 //    (gemv_fp8.rs). Launch: block 128, grid ceil(rows / rows per block). Both can also run a
 //    folded residual-add RMSNorm's producer and consumer halves (rms_fold.cuh).
 //    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
@@ -493,7 +493,9 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 // steps, 16 loads in flight per thread instead of 8) are for matrices with few rows: a 5120-row
 // matrix is 320 blocks of n1, 2.4 per SM, and Nsight showed those at 9.7 active warps per SM
 // and 55% of DRAM bandwidth (latency-bound: too few bytes in flight), against 21.7 warps and
-// 72% for the 34816-row one (docs/performance/logs/2026-11-30-s6-ncu-fp8/).
+// 72% for the 34816-row one (docs/performance/logs/2026-11-30-s6-ncu-fp8/). n1d6 (4 rows x 6
+// steps, 24 loads per thread, 168 registers: 3 blocks per SM; 8 steps spilled) goes further for
+// grids of <= 3 blocks per SM.
 #define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, U, MINB)                                     \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
@@ -504,7 +506,8 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
-    FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)
+    FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
+    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

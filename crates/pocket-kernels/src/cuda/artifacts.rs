@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "e42cc3555449289996aa6f50c9678478ddd2d1e73e1e8058a5768c61c9f3fbc4";
+    "429d0e410e827e495292618d6402b348eb49d0e3baacc3fb77ebc65f1359584d";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

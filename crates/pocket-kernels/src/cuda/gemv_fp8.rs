@@ -37,21 +37,24 @@ pub enum Fp8Row1 {
     Warp4Deep,
     /// [`Fp8Row1::Warp8`] with 2 steps in flight (16 loads per thread, `_n1w8d`).
     Warp8Deep,
+    /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
+    Warp4Deep6,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 4] = [
+    pub const ALL: [Fp8Row1; 5] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
+        Fp8Row1::Warp4Deep6,
     ];
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep => 16,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }
@@ -63,6 +66,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp8 => "warp8",
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
+            Fp8Row1::Warp4Deep6 => "warp4d6",
         }
     }
 
@@ -89,14 +93,21 @@ impl Fp8Row1 {
         } else {
             (Fp8Row1::Warp4, Fp8Row1::Warp4Deep)
         };
-        let one_wave = rows.div_ceil(deep.rows_per_block()) <= DEEP_BLOCKS_PER_SM * sms;
-        if DEEP.on() && one_wave {
-            deep
-        } else {
+        let blocks = rows.div_ceil(deep.rows_per_block());
+        if !DEEP.on() || blocks > DEEP_BLOCKS_PER_SM * sms {
             plain
+        } else if deep == Fp8Row1::Warp4Deep && DEEP6.on() && blocks <= DEEP6_BLOCKS_PER_SM * sms {
+            Fp8Row1::Warp4Deep6
+        } else {
+            deep
         }
     }
 }
+
+/// Blocks of [`Fp8Row1::Warp4Deep6`] one SM holds at once (`__launch_bounds__(128, 3)`).
+pub const DEEP6_BLOCKS_PER_SM: usize = 3;
+/// `POCKET_FP8_DEEP6=0`: [`Fp8Row1::for_shape`] stops at the 4-step deep form (A/B).
+static DEEP6: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP6");
 
 /// Blocks of a deep form one SM holds at once (`__launch_bounds__(128, 4)` in gemv_fp8.cu: 128
 /// registers per thread).
@@ -118,7 +129,7 @@ static ROW1: AtomicU8 = AtomicU8::new(0);
 static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
 
 /// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
 fn forced_row1() -> Option<Fp8Row1> {
     let v = match ROW1.load(Relaxed) {
@@ -257,7 +268,7 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep => Fp8GateUp::Warp2,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -496,7 +507,7 @@ mod tests {
 
     #[test]
     fn row1_variant_per_shape_and_by_name() {
-        use Fp8Row1::{Warp4, Warp4Deep, Warp8, Warp8Deep};
+        use Fp8Row1::{Warp4, Warp4Deep6, Warp8, Warp8Deep};
         // The FP8 projections of Qwen3.5-27B (MLP gate|up and down, DeltaNet qkv|z and out,
         // attention q|gate|k|v and o) and two more on the H200's 132 SMs: the deep forms where
         // their grid fits in one wave (528 blocks).
@@ -506,8 +517,8 @@ mod tests {
             (14336, 5120, Warp8Deep),
             (17408, 5120, Warp8),
             (10240, 5120, Warp4),
-            (5120, 17408, Warp4Deep),
-            (5120, 6144, Warp4Deep),
+            (5120, 17408, Warp4Deep6),
+            (5120, 6144, Warp4Deep6),
         ];
         for (r, c, want) in shapes {
             assert_eq!(Fp8Row1::for_shape(r, c, 132), want, "{r}x{c}");
@@ -537,7 +548,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 24);
+        assert_eq!(seen.len(), 30);
     }
 
     #[test]
