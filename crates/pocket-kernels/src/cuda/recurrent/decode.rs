@@ -456,56 +456,63 @@ pub(crate) fn gated_deltanet_decode(
     let tiled = i32::from(p.grouping == HeadGrouping::Tiled);
     let hb = geo.heads_per_block;
     let seqs = grid_seqs(OP, meta)?;
+    // Both kernels take the same arguments but for the plain one's heads per block before the
+    // counters.
+    macro_rules! launch {
+        ($kernel:expr, $bx:expr, $($tail:expr),+) => {
+            be.launch_smem(
+                OP,
+                $kernel,
+                ($bx, seqs, 1),
+                geo.threads as u32,
+                geo.smem as u32,
+                args![
+                    qkvp,
+                    zp,
+                    bp,
+                    ap,
+                    qkv_stride,
+                    z_stride,
+                    b_stride,
+                    a_stride,
+                    cwp,
+                    anp,
+                    dtp,
+                    nwp,
+                    csp,
+                    sp,
+                    outp,
+                    qs,
+                    sl,
+                    hs,
+                    p.k_heads as i32,
+                    p.v_heads as i32,
+                    p.k_dim as i32,
+                    p.v_dim as i32,
+                    kernel as i32,
+                    tiled,
+                    geo.row_groups as i32,
+                    p.l2_eps,
+                    p.scale,
+                    inp.norm_eps,
+                    wbp,
+                    wap,
+                    xp,
+                    x_stride,
+                    hidden,
+                    wfmt,
+                    $($tail),+
+                ],
+            )
+        };
+    }
     if let Layout::Cluster(cs) = lay {
         // Groups span hpg x cs blocks: the counters are used (also by a lone block).
         let cnt = counters(be, OP, p.k_heads * meta.num_seqs)?;
         let blocks = p.v_heads * cs;
         let bx =
             u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
-        return be.launch_smem(
-            OP,
-            Kernel::DeltanetDecodeCluster(cs as u8),
-            (bx, seqs, 1),
-            geo.threads as u32,
-            geo.smem as u32,
-            args![
-                qkvp,
-                zp,
-                bp,
-                ap,
-                qkv_stride,
-                z_stride,
-                b_stride,
-                a_stride,
-                cwp,
-                anp,
-                dtp,
-                nwp,
-                csp,
-                sp,
-                outp,
-                qs,
-                sl,
-                hs,
-                p.k_heads as i32,
-                p.v_heads as i32,
-                p.k_dim as i32,
-                p.v_dim as i32,
-                kernel as i32,
-                tiled,
-                geo.row_groups as i32,
-                p.l2_eps,
-                p.scale,
-                inp.norm_eps,
-                wbp,
-                wap,
-                xp,
-                x_stride,
-                hidden,
-                wfmt,
-                cnt
-            ],
-        );
+        return launch!(Kernel::DeltanetDecodeCluster(cs as u8), bx, cnt);
     }
     let blocks = p.v_heads / hb;
     let bx = u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
@@ -515,49 +522,5 @@ pub(crate) fn gated_deltanet_decode(
     } else {
         0
     };
-    be.launch_smem(
-        OP,
-        Kernel::DeltanetDecode,
-        (bx, seqs, 1),
-        geo.threads as u32,
-        geo.smem as u32,
-        args![
-            qkvp,
-            zp,
-            bp,
-            ap,
-            qkv_stride,
-            z_stride,
-            b_stride,
-            a_stride,
-            cwp,
-            anp,
-            dtp,
-            nwp,
-            csp,
-            sp,
-            outp,
-            qs,
-            sl,
-            hs,
-            p.k_heads as i32,
-            p.v_heads as i32,
-            p.k_dim as i32,
-            p.v_dim as i32,
-            kernel as i32,
-            tiled,
-            geo.row_groups as i32,
-            p.l2_eps,
-            p.scale,
-            inp.norm_eps,
-            wbp,
-            wap,
-            xp,
-            x_stride,
-            hidden,
-            wfmt,
-            hb as i32,
-            cnt
-        ],
-    )
+    launch!(Kernel::DeltanetDecode, bx, hb as i32, cnt)
 }
