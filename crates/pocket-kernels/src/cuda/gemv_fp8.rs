@@ -355,8 +355,8 @@ pub(crate) fn gate_up_silu(
     // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs); its barriers
     // need whole blocks.
     let whole = inter.is_multiple_of(per_block);
-    let (xp, fold) =
-        rms_fold::take_for_consumer(be, xp, w.cols, whole)?.unwrap_or((xp, RmsFoldArgs::default()));
+    let (xp, fold) = rms_fold::take_for_consumer(be, xp, w.cols, whole, (op, 4 * inter))?
+        .unwrap_or((xp, RmsFoldArgs::default()));
     be.launch(
         OP,
         Kernel::Fp8(Fp8Kernel::SiluRow1(kind, v)),
@@ -469,8 +469,8 @@ pub(crate) fn gemv(
         // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs): read x * g
         // from the fold scratch instead.
         let whole = rms_fold::fold_blocks(variant, rows).is_some();
-        let (x, fold) =
-            rms_fold::take_for_consumer(be, x, cols, whole)?.unwrap_or((x, RmsFoldArgs::default()));
+        let (x, fold) = rms_fold::take_for_consumer(be, x, cols, whole, (out, 4 * rows))?
+            .unwrap_or((x, RmsFoldArgs::default()));
         let p = Fp8Call {
             w,
             scales,

@@ -101,7 +101,11 @@ pub(crate) fn produce(
         && residual.numel() == d
         && normed.numel() == d
         && norm_w.numel() == d
-        && d <= MAX_DIM;
+        && d <= MAX_DIM
+        // Other dtypes take the unfused ops, which say what they accept.
+        && [x, &*delta, &*residual, &*normed, norm_w]
+            .iter()
+            .all(|t| t.dtype == DType::F32);
     let variant = super::gemv_fp8::row1_variant(be, w.rows, w.cols);
     let Some(blocks) = fold_blocks(variant, d).filter(|&b| b <= MAX_PARTS) else {
         return Ok(false);
@@ -153,14 +157,16 @@ fn overlaps(a: u64, b: u64, bytes: usize) -> bool {
 }
 
 /// The pending fold a one-row FP8 GEMV takes when its input at `x` (of `cols` floats) is the
-/// pending norm's output and it launches `whole_blocks` (the consumer's barriers need every
-/// warp): the x it must read instead (x * g in the fold scratch) and its consumer arguments.
-/// `None` leaves the fold pending (the launch writes it out first).
+/// pending norm's output, it launches `whole_blocks` (the consumer's barriers need every warp)
+/// and its output (`out_bytes` at `out`) does not overlap the norm's, which its blocks write: the
+/// x it must read instead (x * g in the fold scratch) and its consumer arguments. `None` leaves
+/// the fold pending (the launch writes it out first).
 pub(crate) fn take_for_consumer(
     be: &CudaBackend,
     x: u64,
     cols: usize,
     whole_blocks: bool,
+    (out, out_bytes): (u64, usize),
 ) -> Result<Option<(u64, RmsFoldArgs)>> {
     const OP: &str = "rms_fold";
     let mut slot = be
@@ -170,7 +176,8 @@ pub(crate) fn take_for_consumer(
     let Some(p) = *slot else {
         return Ok(None);
     };
-    if p.normed != x || p.dim != cols || !whole_blocks {
+    let writes_normed = out < p.normed + 4 * p.dim as u64 && p.normed < out + out_bytes as u64;
+    if p.normed != x || p.dim != cols || !whole_blocks || writes_normed {
         return Ok(None);
     }
     *slot = None;
