@@ -116,11 +116,15 @@ enum DecodeKernel {
 }
 
 fn decode_kernel() -> DecodeKernel {
-    static MODE: std::sync::OnceLock<DecodeKernel> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("POCKET_ATTN").as_deref() {
-        Ok("generic") => DecodeKernel::Generic,
-        _ => DecodeKernel::Current,
-    })
+    static MODE: super::switch::EnvChoice<DecodeKernel> = super::switch::EnvChoice::new(
+        "POCKET_ATTN",
+        &[DecodeKernel::Current, DecodeKernel::Generic],
+        |v| match v {
+            Some("generic") => DecodeKernel::Generic,
+            _ => DecodeKernel::Current,
+        },
+    );
+    MODE.get()
 }
 
 /// Fewest keys a decode split gets: one pass of a 128-thread block over f16 rows of head_dim 128.

@@ -3,7 +3,7 @@
 //! kernel (`attn_<cache>`) stays for short chunks, other head sizes, GPUs without the shared memory
 //! and `POCKET_ATTN_PREFILL=rows`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use super::switch::EnvChoice;
 
 use cudarc::driver::sys::CUfunction_attribute;
 
@@ -136,35 +136,31 @@ pub enum PrefillKernel {
 /// block per (row, head) spreads better.
 pub const MIN_ROWS: usize = 16;
 
-/// 0: none, 1: tiled, 2: rows, 3: tensor core.
-static FORCED: AtomicU8 = AtomicU8::new(0);
+/// `POCKET_ATTN_PREFILL=tiled|rows|tc`, or what [`force_prefill_kernel`] forced.
+static CHOSEN: EnvChoice<Option<PrefillKernel>> = EnvChoice::new(
+    "POCKET_ATTN_PREFILL",
+    &[
+        Some(PrefillKernel::Tiled),
+        Some(PrefillKernel::Rows),
+        Some(PrefillKernel::TensorCore),
+    ],
+    |v| match v {
+        Some("tiled") => Some(PrefillKernel::Tiled),
+        Some("rows") => Some(PrefillKernel::Rows),
+        Some("tc") => Some(PrefillKernel::TensorCore),
+        _ => None,
+    },
+);
 
 /// Forces the prefill kernel for this process (`None`: back to `POCKET_ATTN_PREFILL` and the
 /// [`MIN_ROWS`] rule), so a test or benchmark can compare both kernels in one run.
 pub fn force_prefill_kernel(k: Option<PrefillKernel>) {
-    let v = match k {
-        None => 0,
-        Some(PrefillKernel::Tiled) => 1,
-        Some(PrefillKernel::Rows) => 2,
-        Some(PrefillKernel::TensorCore) => 3,
-    };
-    FORCED.store(v, Ordering::Relaxed);
+    CHOSEN.set(k.map(Some));
 }
 
 /// The choice forced by [`force_prefill_kernel`], else by `POCKET_ATTN_PREFILL=tiled|rows|tc`.
 fn chosen() -> Option<PrefillKernel> {
-    static ENV: std::sync::OnceLock<Option<PrefillKernel>> = std::sync::OnceLock::new();
-    match FORCED.load(Ordering::Relaxed) {
-        1 => Some(PrefillKernel::Tiled),
-        2 => Some(PrefillKernel::Rows),
-        3 => Some(PrefillKernel::TensorCore),
-        _ => *ENV.get_or_init(|| match std::env::var("POCKET_ATTN_PREFILL").as_deref() {
-            Ok("tiled") => Some(PrefillKernel::Tiled),
-            Ok("rows") => Some(PrefillKernel::Rows),
-            Ok("tc") => Some(PrefillKernel::TensorCore),
-            _ => None,
-        }),
-    }
+    CHOSEN.get()
 }
 
 /// Launches the tiled kernel for a validated non-decode batch when it should serve it; `Ok(false)`

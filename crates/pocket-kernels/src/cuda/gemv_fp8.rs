@@ -6,13 +6,10 @@
 //! read and decoded once for all rows. Weight upload, checks and the prefill GEMM are in
 //! `matmul_fp8.rs`.
 
-use std::sync::atomic::AtomicU8;
-use std::sync::atomic::Ordering::Relaxed;
-
 use super::kernels::Kernel;
 use super::matmul_fp8::{prepare, weight_ptrs, Fp8Call, Fp8Kernel, Fp8Kind};
 use super::rms_fold::{self, RmsFoldArgs};
-use super::switch::EnvSwitch;
+use super::switch::{EnvChoice, EnvSwitch};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
@@ -121,65 +118,53 @@ static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
 const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
-/// Process-wide one-row variant: 0 = not read yet, 1 = per shape, 2 + index in
-/// [`Fp8Row1::ALL`] = forced.
-static ROW1: AtomicU8 = AtomicU8::new(0);
-/// Process-wide E4M3 decode of the one-row GEMV: 0 = not read yet, 1 = f16 conversion, 2 = the
-/// previous integer decode (`_bits` kernels).
-static ROW1_BITS: AtomicU8 = AtomicU8::new(0);
-
-/// The forced one-row variant, `None` for the per-shape choice. `POCKET_GEMV_FP8` =
+/// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
 /// warp4|warp8|warp4d|warp8d|warp4d6 forces one (anything else, or unset, is per shape);
-/// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4.
+/// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
+/// [`CudaBackend::set_fp8_gemv`].
+static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
+    "POCKET_GEMV_FP8",
+    &[
+        None,
+        Some(Fp8Row1::Warp4),
+        Some(Fp8Row1::Warp8),
+        Some(Fp8Row1::Warp4Deep),
+        Some(Fp8Row1::Warp8Deep),
+        Some(Fp8Row1::Warp4Deep6),
+    ],
+    |v| match v.and_then(Fp8Row1::parse) {
+        Some(f) => Some(f),
+        None if !super::matmul::split_gemv() => Some(Fp8Row1::Warp4),
+        None => None,
+    },
+);
+/// Whether the one-row E4M3 GEMV runs the previous integer decode (`_bits` kernels;
+/// `POCKET_GEMV_FP8_DECODE=bits`) instead of the f16 conversion.
+static ROW1_BITS: EnvChoice<bool> = EnvChoice::new("POCKET_GEMV_FP8_DECODE", &[false, true], |v| {
+    v == Some("bits")
+});
+
+/// The forced one-row variant, `None` for the per-shape choice.
 fn forced_row1() -> Option<Fp8Row1> {
-    let v = match ROW1.load(Relaxed) {
-        0 => {
-            let env = std::env::var("POCKET_GEMV_FP8").ok();
-            let v = match env.as_deref().and_then(Fp8Row1::parse) {
-                Some(f) => Some(f),
-                None if !super::matmul::split_gemv() => Some(Fp8Row1::Warp4),
-                None => None,
-            };
-            store_row1(v);
-            return v;
-        }
-        v => v,
-    };
-    (v >= 2).then(|| Fp8Row1::ALL[(v - 2) as usize])
+    ROW1.get()
 }
 
-fn store_row1(v: Option<Fp8Row1>) {
-    let code = match v {
-        None => 1,
-        Some(f) => 2 + Fp8Row1::ALL.iter().position(|&a| a == f).unwrap() as u8,
-    };
-    ROW1.store(code, Relaxed);
-}
-
-/// Whether the one-row E4M3 GEMV runs the previous integer decode
-/// (`POCKET_GEMV_FP8_DECODE=bits`) instead of the f16 conversion.
+/// Whether the one-row E4M3 GEMV runs the previous integer decode.
 fn int_decode() -> bool {
-    match ROW1_BITS.load(Relaxed) {
-        0 => {
-            let on = std::env::var("POCKET_GEMV_FP8_DECODE").is_ok_and(|v| v == "bits");
-            ROW1_BITS.store(if on { 2 } else { 1 }, Relaxed);
-            on
-        }
-        v => v == 2,
-    }
+    ROW1_BITS.get()
 }
 
 impl CudaBackend {
     /// Forces the one-row FP8 GEMV variant (`None`: the per-shape choice), as `POCKET_GEMV_FP8`.
     /// Process-wide, for A/B benchmarks.
     pub fn set_fp8_gemv(&self, v: Option<Fp8Row1>) {
-        store_row1(v);
+        ROW1.set(Some(v));
     }
 
     /// Selects the previous integer E4M3 decode for the one-row FP8 GEMV (`true`) or the f16
     /// conversion (`false`, the default), as `POCKET_GEMV_FP8_DECODE=bits`. Process-wide.
     pub fn set_fp8_int_decode(&self, on: bool) {
-        ROW1_BITS.store(if on { 2 } else { 1 }, Relaxed);
+        ROW1_BITS.set(Some(on));
     }
 
     /// The fused one-row `[gate; up]` GEMV + SwiGLU of an FP8 weight (see

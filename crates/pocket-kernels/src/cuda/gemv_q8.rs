@@ -3,6 +3,7 @@
 
 use super::kernels::{DevFormat, Kernel, Q8Gemv, Q8Variant, Rows};
 use super::matmul::{rows64_max_cols, split_gemv, warp_per_row, GEMVR_ROWS, GEMV_WARPS};
+use super::switch::EnvChoice;
 use super::CudaBackend;
 
 /// Rows below which a Q4_K matrix takes one row per block (`gemv_q8r1_*`).
@@ -12,37 +13,22 @@ const WARP_MAX_ITEMS: usize = 64;
 /// Rows from which short Q5_0 rows take a warp per row.
 const WARP_MIN_ROWS: usize = 4096;
 
-/// Process-wide one-row dp4a GEMV choice: 0 = not read yet, else 1 + the index of a
-/// [`Q8Variant`] in [`Q8Variant::ALL`].
-static Q8_VARIANT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// Process-wide one-row dp4a GEMV choice: `POCKET_GEMV_Q8` (auto, legacy, r, r64, w, r1; an
+/// unknown name is `auto`), or [`CudaBackend::set_q8_gemv_variant`].
+static Q8_VARIANT: EnvChoice<Q8Variant> = EnvChoice::new("POCKET_GEMV_Q8", &Q8Variant::ALL, |v| {
+    v.and_then(Q8Variant::parse).unwrap_or(Q8Variant::Auto)
+});
 
-/// The one-row dp4a GEMV variant: [`CudaBackend::set_q8_gemv_variant`], else `POCKET_GEMV_Q8`
-/// (auto, legacy, r, r64, w, r1; an unknown name is `auto`).
+/// The one-row dp4a GEMV variant in force.
 pub(crate) fn q8_variant() -> Q8Variant {
-    use std::sync::atomic::Ordering::Relaxed;
-    match Q8_VARIANT.load(Relaxed) {
-        0 => {
-            let v = std::env::var("POCKET_GEMV_Q8")
-                .ok()
-                .and_then(|s| Q8Variant::parse(&s))
-                .unwrap_or(Q8Variant::Auto);
-            set_q8_variant(v);
-            v
-        }
-        i => Q8Variant::ALL[i as usize - 1],
-    }
-}
-
-fn set_q8_variant(v: Q8Variant) {
-    let i = Q8Variant::ALL.iter().position(|&x| x == v).unwrap_or(0);
-    Q8_VARIANT.store(i as u8 + 1, std::sync::atomic::Ordering::Relaxed);
+    Q8_VARIANT.get()
 }
 
 impl CudaBackend {
     /// Selects the one-row (decode) dp4a GEMV kernel, process-wide, as `POCKET_GEMV_Q8` does:
     /// for A/B benchmarks and tests. Every variant gives results within the same bounds.
     pub fn set_q8_gemv_variant(&self, v: Q8Variant) {
-        set_q8_variant(v);
+        Q8_VARIANT.set(Some(v));
     }
 
     /// The one-row dp4a GEMV variant in force.

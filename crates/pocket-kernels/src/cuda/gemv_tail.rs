@@ -17,6 +17,7 @@ use super::kernels::{DevFormat, Kernel, Q8Gemv};
 use super::matmul::{q8_scratch_bytes, quantize_act, warp_per_row, Q8Bufs};
 use super::memory::cuda_err;
 use super::ops::{norm_q8_block, norm_q8_on};
+use super::switch::EnvChoice;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{Backend, DType, Result, Tensor, Weight, WeightStorage};
@@ -35,28 +36,41 @@ const COUNTERS: usize = 1024;
 /// Outputs of one SwiGLU tail group (TAIL_GROUP in kernels/gemv_tail.cuh).
 const GROUP: usize = 256;
 
-/// Process-wide override of `POCKET_GEMV_TAIL`: 0 = the environment, 1 = on, 2 = off.
-static TAIL_SET: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// Which tails are on: `POCKET_GEMV_TAIL` (off unless `1`; `silu` or `norm` turns on that fold
+/// only, for A/B of each), or [`CudaBackend::set_gemv_tail`] (both or none). `None`: off.
+static TAILS: EnvChoice<Option<TailSet>> = EnvChoice::new(
+    "POCKET_GEMV_TAIL",
+    &[
+        None,
+        Some(TailSet::Both),
+        Some(TailSet::Silu),
+        Some(TailSet::Norm),
+    ],
+    |v| match v {
+        Some("1") => Some(TailSet::Both),
+        Some("silu") => Some(TailSet::Silu),
+        Some("norm") => Some(TailSet::Norm),
+        _ => None,
+    },
+);
 
-/// Whether tail `t` is on: [`CudaBackend::set_gemv_tail`], else `POCKET_GEMV_TAIL` (off unless
-/// `1`; `silu` or `norm` turns on that fold only, for A/B of each). Off by default: on the
-/// H200 (session 5) each fold made the 8B Q4_0 decode step ~0.8 ms slower (2.13 -> 3.62 ms with
-/// both; docs/performance/cuda-dense.md).
+/// The tails a setting turns on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TailSet {
+    Both,
+    Silu,
+    Norm,
+}
+
+/// Whether tail `t` is on (see [`TAILS`]). Off by default: on the H200 (session 5) each fold made
+/// the 8B Q4_0 decode step ~0.8 ms slower (2.13 -> 3.62 ms with both;
+/// docs/performance/cuda-dense.md).
 pub(crate) fn tail_on(t: GemvTail) -> bool {
-    static MODE: std::sync::OnceLock<(bool, Option<GemvTail>)> = std::sync::OnceLock::new();
-    match TAIL_SET.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let (on, only) =
-                *MODE.get_or_init(|| match std::env::var("POCKET_GEMV_TAIL").as_deref() {
-                    Ok("1") => (true, None),
-                    Ok("silu") => (true, Some(GemvTail::Silu)),
-                    Ok("norm") => (true, Some(GemvTail::Norm)),
-                    _ => (false, None),
-                });
-            on && only.is_none_or(|o| o == t)
-        }
+    match TAILS.get() {
+        None => false,
+        Some(TailSet::Both) => true,
+        Some(TailSet::Silu) => t == GemvTail::Silu,
+        Some(TailSet::Norm) => t == GemvTail::Norm,
     }
 }
 
@@ -65,7 +79,7 @@ impl CudaBackend {
     /// launches them separately (`false`, the default); process-wide, for A/B
     /// benchmarks and tests. Both give the same bits.
     pub fn set_gemv_tail(&self, on: bool) {
-        TAIL_SET.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+        TAILS.set(Some(on.then_some(TailSet::Both)));
     }
 
     /// Whether both GEMV tails are on.

@@ -16,6 +16,7 @@ use super::cublas::ChunkedGemm;
 use super::gemv_q8::q8_one_row;
 use super::kernels::{DevFormat, Kernel, Q8Gemv, Rows};
 use super::memory::CudaWeight;
+use super::switch::EnvChoice;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
@@ -169,13 +170,15 @@ fn matmul_any(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Res
 /// Whether `POCKET_GEMV=warp` asks for the previous one-row decode GEMV (a warp per weight row,
 /// `gemv_q8_*_n1`) instead of `gemv_q8r_*`; kept for comparison and tested by the device run.
 pub(super) fn warp_per_row() -> bool {
-    static WARP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WARP.get_or_init(|| std::env::var("POCKET_GEMV").is_ok_and(|v| v == "warp"))
+    static WARP: EnvChoice<bool> =
+        EnvChoice::new("POCKET_GEMV", &[false, true], |v| v == Some("warp"));
+    WARP.get()
 }
 
-/// Process-wide choice of the one-row decode GEMV generation: 0 = not read yet, 1 = the
-/// split-K kernels (default), 2 = the previous ones (`POCKET_GEMV_SPLIT=0`).
-static SPLIT_GEMV: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// Process-wide choice of the one-row decode GEMV generation: the split-K kernels (`true`, the
+/// default) or the previous ones (`POCKET_GEMV_SPLIT=0`).
+static SPLIT_GEMV: EnvChoice<bool> =
+    EnvChoice::new("POCKET_GEMV_SPLIT", &[false, true], |v| v != Some("0"));
 
 /// Whether the one-row GEMVs of 16-bit float (`gemv_h_*`) and FP8 (`gemv_fp8_*_n1k*`) weights
 /// take the kernels that split the columns over a whole block (default) rather than the previous
@@ -183,15 +186,7 @@ static SPLIT_GEMV: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::ne
 /// the previous ones; for dp4a formats it also turns the `auto` choice of `gemv_q8::q8_one_row` into
 /// `gemv_q8r_*`, the legacy choice without the 64-thread kernel).
 pub(crate) fn split_gemv() -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    match SPLIT_GEMV.load(Relaxed) {
-        0 => {
-            let on = std::env::var("POCKET_GEMV_SPLIT").map_or(true, |v| v != "0");
-            SPLIT_GEMV.store(if on { 1 } else { 2 }, Relaxed);
-            on
-        }
-        v => v == 1,
-    }
+    SPLIT_GEMV.get()
 }
 
 impl CudaBackend {
@@ -201,7 +196,7 @@ impl CudaBackend {
     /// `POCKET_GEMV_SPLIT=0`).
     /// Process-wide, for A/B benchmarks and tests; both give results within the same bounds.
     pub fn set_split_gemv(&self, on: bool) {
-        SPLIT_GEMV.store(if on { 1 } else { 2 }, std::sync::atomic::Ordering::Relaxed);
+        SPLIT_GEMV.set(Some(on));
     }
 }
 
@@ -243,8 +238,9 @@ fn exact_prefill(be: &CudaBackend) -> bool {
 /// Whether `POCKET_PREFILL_ACT=f16` asks the prefill GEMM for plain f16 activations instead of
 /// the CPU-matching int8 rounding (kept to measure what the rounding costs in accuracy).
 fn plain_f16_prefill() -> bool {
-    static F16: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *F16.get_or_init(|| std::env::var("POCKET_PREFILL_ACT").is_ok_and(|v| v == "f16"))
+    static F16: EnvChoice<bool> =
+        EnvChoice::new("POCKET_PREFILL_ACT", &[false, true], |v| v == Some("f16"));
+    F16.get()
 }
 
 /// One GEMV launch for `m <= 8` activation rows.

@@ -139,8 +139,9 @@ fn norm_threads(d: usize) -> u32 {
 /// kernels (strided decode norms, 256-thread silu_mul_halves_q8 blocks, one-block greedy
 /// sampling and argmax), kept for A/B timing on the device.
 pub(crate) fn small_kernels_legacy() -> bool {
-    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OLD.get_or_init(|| std::env::var("POCKET_SMALL_KERNELS").is_ok_and(|v| v == "old"))
+    static OLD: super::switch::EnvChoice<bool> =
+        super::switch::EnvChoice::new("POCKET_SMALL_KERNELS", &[false, true], |v| v == Some("old"));
+    OLD.get()
 }
 
 /// Chunks of 256 elements a warp of the one-pass decode norm holds (`NORM_CH` in kernels/norm.cu).

@@ -12,20 +12,17 @@
 //! Freeing `normed` cancels its pending write (the pool clears its watched address).
 //! `POCKET_RMS_FOLD=0` keeps the unfused GEMV + `add_rms_norm` (A/B).
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use super::gemv_fp8::Fp8Row1;
 use super::kernels::Kernel;
 use super::matmul_fp8::Fp8Kind;
-use super::switch::EnvSwitch;
+use super::switch::EnvChoice;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
 
-/// `POCKET_RMS_FOLD=0` turns the fold off.
-static FOLD: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_RMS_FOLD");
-/// Process-wide override of `POCKET_RMS_FOLD`: 0 = the environment, 1 = on, 2 = off.
-static FOLD_SET: AtomicU8 = AtomicU8::new(0);
+/// `POCKET_RMS_FOLD=0` turns the fold off; [`CudaBackend::set_rms_fold`] overrides it.
+static FOLD: EnvChoice<bool> =
+    EnvChoice::new("POCKET_RMS_FOLD", &[false, true], |v| v != Some("0"));
 
 /// Longest normalized row the fold scratch holds (f32 elements of x * g).
 const MAX_DIM: usize = 64 * 1024;
@@ -110,7 +107,7 @@ pub(crate) fn produce(
     let Some(blocks) = fold_blocks(variant, d).filter(|&b| b <= MAX_PARTS) else {
         return Ok(false);
     };
-    if !fold_on() || !shapes_fit {
+    if !FOLD.get() || !shapes_fit {
         return Ok(false);
     }
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
@@ -227,15 +224,6 @@ impl CudaBackend {
     /// process (`Some(on)`, or `None`: the environment): tests and benches compare both in one
     /// process.
     pub fn set_rms_fold(&self, on: Option<bool>) {
-        FOLD_SET.store(on.map_or(0, |o| if o { 1 } else { 2 }), Ordering::Relaxed);
-    }
-}
-
-/// Whether producers fold (the override, else the environment).
-fn fold_on() -> bool {
-    match FOLD_SET.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => FOLD.on(),
+        FOLD.set(on);
     }
 }

@@ -18,14 +18,12 @@
 //!
 //! `POCKET_DELTANET_SPLIT=0` forces the key-head layout and `=1` the value-head one (A/B).
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use cudarc::driver::result as dr;
 
 use super::super::kernels::Kernel;
 use super::super::kernels::{Artifact, DevFormat};
 use super::super::memory::cuda_err;
-use super::super::switch::{EnvNumber, EnvSwitch};
+use super::super::switch::{EnvChoice, EnvSwitch};
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs, CONV_MAX_K};
 use crate::error::shape_err;
@@ -39,20 +37,28 @@ use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
 static FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_FUSED");
 /// `POCKET_DELTANET_BA_FUSED=0` keeps the in_ba projection a separate GEMV (A/B).
 static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED");
-/// `POCKET_DELTANET_SPLIT=0` forces a block per key head (all its value heads in turn).
-static SPLIT: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_SPLIT");
-/// `POCKET_DELTANET_SPLIT=1` forces the value-head layout (cluster or not) at every batch size.
-static SPLIT_FORCED: EnvSwitch = EnvSwitch::off_unless_one("POCKET_DELTANET_SPLIT");
+/// The forced layout: `POCKET_DELTANET_SPLIT=0` a block per key head (all its value heads in
+/// turn), `=1` the value-head layout (cluster or not) at every batch size, else (`None`) by batch
+/// size; or [`CudaBackend::set_deltanet_split`].
+static SPLIT: EnvChoice<Option<bool>> = EnvChoice::new(
+    "POCKET_DELTANET_SPLIT",
+    &[None, Some(true), Some(false)],
+    |v| match v {
+        Some("0") => Some(false),
+        Some("1") => Some(true),
+        _ => None,
+    },
+);
 /// `POCKET_DELTANET_CLUSTER`: blocks per value head in the cluster variant (2 or 4), 1 = its
 /// one-block form, 0 = the previous value-head kernel. 2 is the default: each of 96 blocks of
 /// 512 threads at 27B batch 1 moves 32 KB of state on its own SM; 4 (192 blocks of 256 threads,
-/// two on some SMs) and 1 are there for the A/B.
-static CLUSTER: EnvNumber = EnvNumber::new("POCKET_DELTANET_CLUSTER", 2);
-/// Process-wide override of `POCKET_DELTANET_SPLIT`: 0 = the environment, 1 = on, 2 = off.
-static SPLIT_SET: AtomicU8 = AtomicU8::new(0);
-/// Process-wide override of `POCKET_DELTANET_CLUSTER`: 0 = the environment, else the size plus
-/// one, applied at every batch size.
-static CLUSTER_SET: AtomicU8 = AtomicU8::new(0);
+/// two on some SMs) and 1 are there for the A/B. The value is the size and whether it is forced
+/// at every batch size ([`CudaBackend::set_deltanet_cluster`]) or only where clusters are chosen.
+static CLUSTER: EnvChoice<(usize, bool)> = EnvChoice::new(
+    "POCKET_DELTANET_CLUSTER",
+    &[(0, true), (1, true), (2, true), (4, true)],
+    |v| (v.and_then(|v| v.trim().parse().ok()).unwrap_or(2), false),
+);
 
 /// Key-head blocks from this many sequences, value-head blocks below: the session-5 H200 bench
 /// at the 27B shape (docs/performance/logs/2026-11-30-s5-final/cuda_bench_deltanet.log) measured
@@ -64,41 +70,27 @@ impl CudaBackend {
     /// the whole process (`Some(true)`: a block per value head, `Some(false)`: per key head,
     /// `None`: the environment, else by batch size); benches capture both layouts in one process.
     pub fn set_deltanet_split(&self, split: Option<bool>) {
-        let v = match split {
-            None => 0,
-            Some(true) => 1,
-            Some(false) => 2,
-        };
-        SPLIT_SET.store(v, Ordering::Relaxed);
+        SPLIT.set(split.map(Some));
     }
 
     /// Overrides `POCKET_DELTANET_CLUSTER` for the value-head launches that follow, in the whole
     /// process: `Some(n)` runs clusters of `n` blocks (2 or 4; 1 the one-block form, 0 the
-    /// previous kernel) at every batch size where they fit, `None` the environment; benches
-    /// capture the variants in one process.
+    /// previous kernel; another size is ignored) at every batch size where they fit, `None` the
+    /// environment; benches capture the variants in one process.
     pub fn set_deltanet_cluster(&self, size: Option<u8>) {
-        CLUSTER_SET.store(size.map_or(0, |n| n.min(254) + 1), Ordering::Relaxed);
+        CLUSTER.set(size.map(|n| (usize::from(n), true)));
     }
 }
 
 /// The forced layout (the override, else the environment): `Some(true)` value heads,
 /// `Some(false)` key heads, `None` by batch size.
 fn split_forced() -> Option<bool> {
-    match SPLIT_SET.load(Ordering::Relaxed) {
-        1 => Some(true),
-        2 => Some(false),
-        _ if !SPLIT.on() => Some(false),
-        _ if SPLIT_FORCED.on() => Some(true),
-        _ => None,
-    }
+    SPLIT.get()
 }
 
 /// The cluster size asked for and whether the override forces it at every batch size.
 fn cluster_asked() -> (usize, bool) {
-    match CLUSTER_SET.load(Ordering::Relaxed) {
-        0 => (CLUSTER.get(), false),
-        n => (n as usize - 1, true),
-    }
+    CLUSTER.get()
 }
 
 /// How a launch spreads heads over blocks.
