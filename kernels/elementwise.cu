@@ -7,6 +7,7 @@
 // this one finishes. Only weights (bias, embedding and dequantized matrices) are read before the
 // wait. Every kernel is listed in cuda/kernels/pdl.rs PDL_AWARE; tests/pdl_marking.rs checks the cubin.
 #include "common.cuh"
+#include "gate_math.cuh"
 
 extern "C" __global__ void add_bias(float* __restrict__ x, const float* __restrict__ b, size_t total, int m) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -30,7 +31,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ g, const float* __
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < total) {
         float a = g[i];
-        out[i] = a / (1.f + expf(-a)) * u[i];
+        out[i] = swiglu_f(a, u[i]);
     }
 }
 
@@ -222,7 +223,7 @@ extern "C" __global__ void silu_mul_q8(const float* __restrict__ g, const float*
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         float a = gv[i];
-        v[i] = a / (1.f + expf(-a)) * uv[i];
+        v[i] = swiglu_f(a, uv[i]);
     }
     if (valid) {
         float4* o = (float4*)(out + e) + 2 * lane;

@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "common.cuh"
+#include "gate_math.cuh"
 #include "rms_fold.cuh"
 
 #define FP8_NB_WARPS 4
@@ -335,7 +336,7 @@ __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w
                 a *= rs;
                 u *= rs;
             }
-            out[o0 + r] = a / (1.f + expf(-a)) * u;
+            out[o0 + r] = swiglu_f(a, u);
         }
     }
 }

@@ -25,6 +25,7 @@
 // that writes its rows before calling the tail with every thread of the block.
 #pragma once
 #include "common.cuh"
+#include "gate_math.cuh"
 
 #define TAIL_NONE 0
 #define TAIL_SILU 1
@@ -130,7 +131,7 @@ __device__ __noinline__ void tail_silu(const TailArgs& t, const float* out, int 
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             float a = gv[i];
-            v[i] = a / (1.f + expf(-a)) * uv[i];
+            v[i] = swiglu_f(a, uv[i]);
         }
         tail_store8(t.act, g, nb32, v);
         tail_quant_chunk(v, g, nb32, inter % 256 == 0, t);

@@ -1,6 +1,7 @@
 // Ops over the outputs of stacked projection weights: the column split of a fused [q | k | v] row
 // and SwiGLU over the halves of a fused [gate | up] row (no split copy before the down GEMV).
 #include "common.cuh"
+#include "gate_math.cuh"
 
 // x [n, w0 + w1 + w2] -> a [n, w0], b [n, w1], c [n, w2] (c unused when w2 == 0, b when w1 == 0);
 // one thread per element of x, reading x coalesced.
@@ -34,7 +35,7 @@ extern "C" __global__ void silu_mul_halves(const float* __restrict__ x, float* _
     size_t r = i / d, col = i % d;
     const float* row = x + r * 2 * d;
     float a = row[col];
-    out[i] = a / (1.f + expf(-a)) * row[d + col];
+    out[i] = swiglu_f(a, row[d + col]);
 }
 
 // silu_mul_halves for decode-sized inputs (at most 8 rows, d a multiple of 32), also writing the
@@ -67,7 +68,7 @@ extern "C" __global__ void silu_mul_halves_q8(const float* __restrict__ x, float
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             float a = gv[i];
-            v[i] = a / (1.f + expf(-a)) * uv[i];
+            v[i] = swiglu_f(a, uv[i]);
         }
         float4* o = (float4*)(out + e) + 2 * lane;
         o[0] = make_float4(v[0], v[1], v[2], v[3]);

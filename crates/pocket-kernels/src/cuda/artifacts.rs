@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "429d0e410e827e495292618d6402b348eb49d0e3baacc3fb77ebc65f1359584d";
+    "ff954939d26d911f918a084071c1eca058f9913e8afc2d1cfb823520a4bbef9d";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
