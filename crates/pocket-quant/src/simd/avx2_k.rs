@@ -174,26 +174,42 @@ pub(crate) unsafe fn scales16_k4(sm: __m128i) -> __m256i {
     _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm))
 }
 
+/// The Q4_K and Q5_K dots: the same 4 + 12-byte header (d, dmin, packed scales and minimums) and
+/// nibble layout, Q5_K with 32 bytes of fifth bits between the header and the nibbles (`HIGH`,
+/// resolved at compile time). `BYTES` is the super-block size (144 or 176).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 144).min(x.len());
+unsafe fn dot_q45_k<const HIGH: bool, const BYTES: usize>(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let qs_at = if HIGH { 48 } else { 16 };
+    let nb = (w.len() / BYTES).min(x.len());
     let m4 = _mm256_set1_epi8(0x0f);
+    let m16 = _mm256_set1_epi8(0x10);
     let mut acc = _mm256_setzero_ps();
     let mut accm = 0.0f32;
     for i in 0..nb {
-        let b = w.as_ptr().add(i * 144);
-        prefetch_ahead::<144>(b);
+        let b = w.as_ptr().add(i * BYTES);
+        prefetch_ahead::<BYTES>(b);
         let y = &*x.as_ptr().add(i);
         let sm = scales_mins_k4(b.add(4));
         let sc = scales16_k4(sm);
         let d = f16_at(b) * y.d;
         let dmin = f16_at(b.add(2)) * y.d;
         let msum = min_sum_k4(sm, y);
+        let qh = if HIGH {
+            _mm256_loadu_si256(b.add(16) as *const __m256i)
+        } else {
+            _mm256_setzero_si256()
+        };
         let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {
-            let q = _mm256_loadu_si256(b.add(16 + 32 * c) as *const __m256i);
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            let q = _mm256_loadu_si256(b.add(qs_at + 32 * c) as *const __m256i);
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if HIGH {
+                let h0 = _mm256_and_si256(_mm256_slli_epi16(srl16(qh, 2 * c as i32), 4), m16);
+                let h1 = _mm256_and_si256(_mm256_slli_epi16(srl16(qh, 2 * c as i32 + 1), 4), m16);
+                lo = _mm256_or_si256(lo, h0);
+                hi = _mm256_or_si256(hi, h1);
+            }
             let plo = _mm256_maddubs_epi16(lo, load(y.qs.as_ptr().add(64 * c)));
             let phi = _mm256_maddubs_epi16(hi, load(y.qs.as_ptr().add(64 * c + 32)));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, scale_k4(sc, 2 * c)));
@@ -204,41 +220,16 @@ unsafe fn dot_q4_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
     }
     hsum(acc) - accm
 }
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
+    dot_q45_k::<false, 144>(w, x)
+}
 safe_wrapper!(dot_q4_k, dot_q4_k_impl, BlockQ8K);
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q5_k_impl(w: &[u8], _s: &[u8], x: &[BlockQ8K]) -> f32 {
-    let nb = (w.len() / 176).min(x.len());
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m16 = _mm256_set1_epi8(0x10);
-    let mut acc = _mm256_setzero_ps();
-    let mut accm = 0.0f32;
-    for i in 0..nb {
-        let b = w.as_ptr().add(i * 176);
-        prefetch_ahead::<176>(b);
-        let y = &*x.as_ptr().add(i);
-        let sm = scales_mins_k4(b.add(4));
-        let sc = scales16_k4(sm);
-        let d = f16_at(b) * y.d;
-        let dmin = f16_at(b.add(2)) * y.d;
-        let msum = min_sum_k4(sm, y);
-        let qh = _mm256_loadu_si256(b.add(16) as *const __m256i);
-        let mut sumi = _mm256_setzero_si256();
-        for c in 0..4 {
-            let q = _mm256_loadu_si256(b.add(48 + 32 * c) as *const __m256i);
-            let h0 = _mm256_and_si256(_mm256_slli_epi16(srl16(qh, 2 * c as i32), 4), m16);
-            let h1 = _mm256_and_si256(_mm256_slli_epi16(srl16(qh, 2 * c as i32 + 1), 4), m16);
-            let lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
-            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
-            let plo = _mm256_maddubs_epi16(lo, load(y.qs.as_ptr().add(64 * c)));
-            let phi = _mm256_maddubs_epi16(hi, load(y.qs.as_ptr().add(64 * c + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, scale_k4(sc, 2 * c)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, scale_k4(sc, 2 * c + 1)));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += dmin * msum as f32;
-    }
-    hsum(acc) - accm
+    dot_q45_k::<true, 176>(w, x)
 }
 safe_wrapper!(dot_q5_k, dot_q5_k_impl, BlockQ8K);
 
