@@ -165,6 +165,27 @@ struct Geometry {
     heads_per_block: usize,
 }
 
+impl Geometry {
+    /// The geometry with `floats` shared f32s, or why that much shared memory does not fit.
+    fn fitting(
+        threads: usize,
+        row_groups: usize,
+        floats: usize,
+        heads_per_block: usize,
+    ) -> std::result::Result<Geometry, String> {
+        let smem = floats * 4;
+        if smem > MAX_SMEM {
+            return Err(format!("{smem} bytes of shared memory"));
+        }
+        Ok(Geometry {
+            threads,
+            row_groups,
+            smem,
+            heads_per_block,
+        })
+    }
+}
+
 /// The launch geometry with a block per value head (`split`) or per key head.
 fn geometry_for(
     p: &DeltaRuleParams,
@@ -208,16 +229,7 @@ fn geometry_for(
         + threads / 32 * 2 * hb
         + (kernel - 1) * 2 * p.k_dim
         + 1;
-    let smem = floats * 4;
-    if smem > MAX_SMEM {
-        return Err(format!("{smem} bytes of shared memory"));
-    }
-    Ok(Geometry {
-        threads,
-        row_groups,
-        smem,
-        heads_per_block: hb,
-    })
+    Geometry::fitting(threads, row_groups, floats, hb)
 }
 
 /// The geometry of the cluster kernel with `cs` blocks per value head, or why it cannot take
@@ -259,16 +271,7 @@ fn cluster_geometry(
         + ch
         + (kernel - 1) * 2 * p.k_dim
         + CLUSTER_FIXED_FLOATS;
-    let smem = floats * 4;
-    if smem > MAX_SMEM {
-        return Err(format!("{smem} bytes of shared memory"));
-    }
-    Ok(Geometry {
-        threads,
-        row_groups,
-        smem,
-        heads_per_block: 1,
-    })
+    Geometry::fitting(threads, row_groups, floats, 1)
 }
 
 /// The arrival counters for `n` (key head, sequence) pairs, zeroed on the stream when first
