@@ -68,7 +68,7 @@ fn case(p: DeltaRuleParams, seed: u64) {
     };
     let (k, slots) = (4usize, 6usize);
     let (w, hv) = (p.qkv_width(), p.v_heads);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::from_state(seed | 1);
     let conv_w = rng.vec(w * k);
     let a_neg: Vec<f32> = rng.vec(hv).iter().map(|v| -v.abs() - 0.05).collect();
     let dt_bias = rng.vec(hv);
@@ -188,7 +188,7 @@ fn decode_step_at_27b_shape_matches_cpu_and_reports_time() {
         l2_eps: 1e-6,
         scale: 1.0 / (128f32).sqrt(),
     };
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng::from_state(0x5eed);
     for seqs in [1usize, 8] {
         let (w, hv) = (p.qkv_width(), p.v_heads);
         let mat = hv * p.k_dim * p.v_dim;
@@ -364,7 +364,7 @@ fn chunked_case(p: DeltaRuleParams, lens_list: &[usize], seed: u64) {
     let (w, hv) = (p.qkv_width(), p.v_heads);
     let pool = 6;
     let floor = p.k_dim as f64 * (2f64).powi(-24);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::from_state(seed | 1);
     for &len in lens_list {
         for seqs in [1usize, 3] {
             let (lens, slots, has) = if seqs == 1 {

@@ -259,9 +259,9 @@ fn wide_steps(p: &DeltaRuleParams, rng: &mut Rng) -> Vec<Step> {
 fn case_with(p: DeltaRuleParams, seed: u64, steps: fn(&DeltaRuleParams, &mut Rng) -> Vec<Step>) {
     for stacked in [true, false] {
         for dev in Device::all_for_tests() {
-            let mut rng = Rng(seed | 1);
+            let mut rng = Rng::from_state(seed | 1);
             let mut reference = layer(Device::cpu(), &p, &mut rng);
-            let mut rng = Rng(seed | 1);
+            let mut rng = Rng::from_state(seed | 1);
             let mut l = layer(dev.clone(), &p, &mut rng);
             let layout = if stacked { "stacked" } else { "separate" };
             for (i, s) in steps(&p, &mut rng).iter().enumerate() {
@@ -454,9 +454,9 @@ fn replays(with_in_ba: bool, seqs: usize) {
         return;
     }
     let p = params_27b(HeadGrouping::Tiled);
-    let mut rng = Rng(99);
+    let mut rng = Rng::from_state(99);
     let mut eager = layer(gpu.clone(), &p, &mut rng);
-    let mut rng = Rng(99);
+    let mut rng = Rng::from_state(99);
     let mut graphed = layer(gpu.clone(), &p, &mut rng);
     let s = if seqs == 1 {
         few_steps(&p, &mut rng).remove(1)

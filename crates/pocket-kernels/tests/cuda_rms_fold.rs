@@ -28,21 +28,13 @@ fn gemv_bound(abs: f64) -> f64 {
     (1e-5 + NORM_REL) * abs + 1e-6
 }
 
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32() * scale).collect()
-    }
+#[path = "ops_support/mod.rs"]
+mod ops_support;
+use ops_support::Rng;
+
+/// `n` values of `rng` in [-scale, scale).
+fn scaled(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.f32() * scale).collect()
 }
 
 /// An FP8 E4M3 weight with 128x128 tile scales, on the device and dequantized on the host.
@@ -55,7 +47,7 @@ struct Fp8 {
 
 fn fp8(be: &CudaBackend, rows: usize, cols: usize, rng: &mut Rng) -> Fp8 {
     let f = QuantFormat::Fp8E4M3Block128;
-    let src = rng.vec(rows * cols, 0.05);
+    let src = scaled(rng, rows * cols, 0.05);
     let q = pocket_quant::quantize_matrix(f, rows, cols, &src).unwrap();
     let mut deq = vec![0f32; rows * cols];
     pocket_quant::dequantize_matrix(&q.view(), &mut deq).unwrap();
@@ -365,9 +357,9 @@ fn weights(be: &CudaBackend, s: Shape, rng: &mut Rng) -> [Fp8; 3] {
 
 fn inputs(s: Shape, rng: &mut Rng) -> Inputs {
     Inputs {
-        x: rng.vec(s.in_cols, 1.0),
-        residual: rng.vec(s.d, 2.0),
-        g: rng.vec(s.d, 1.5),
+        x: scaled(rng, s.in_cols, 1.0),
+        residual: scaled(rng, s.d, 2.0),
+        g: scaled(rng, s.d, 1.5),
     }
 }
 

@@ -3,36 +3,10 @@
 //! `cpu/deltanet.rs` and `cpu/delta_rule.rs`, CUDA in `kernels/deltanet.cu`), so any error fails.
 #![allow(clippy::needless_range_loop)]
 
-use pocket_kernels::{
-    DeltaRuleParams, Device, HeadGrouping, KernelError, RecurrentMeta, Result, Tensor,
-};
+use pocket_kernels::{DeltaRuleParams, Device, HeadGrouping, KernelError, RecurrentMeta, Result};
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
-
-fn up(d: &Device, data: &[f32], shape: &[usize]) -> Tensor {
-    d.upload_f32(data, shape).unwrap()
-}
-
-fn read(d: &Device, t: &Tensor) -> Vec<f32> {
-    d.read_f32(t).unwrap()
-}
+mod ops_support;
+use ops_support::{read, up, Rng};
 
 /// Fails the test, naming the device, when an op returns an error.
 fn ran(d: &Device, r: Result<()>) {

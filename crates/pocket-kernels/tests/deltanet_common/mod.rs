@@ -4,21 +4,10 @@
 
 use pocket_kernels::{Device, RecurrentMeta, Tensor};
 
-/// A small deterministic generator (xorshift64*), values in [-1, 1).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+#[path = "../ops_support/mod.rs"]
+mod ops_support;
+/// The op tests' deterministic generator (xorshift64*), values in [-1, 1).
+pub use ops_support::Rng;
 
 /// Recurrent metadata on `d` for sequences of `lens` rows in state `slots` (`has`: 1 = continue
 /// from the stored state).

@@ -82,9 +82,9 @@ pub(super) fn case_proj_with(
     let h = p.v_heads;
     for stacked in [true, false] {
         for dev in Device::all_for_tests() {
-            let mut rng = Rng(seed | 1);
+            let mut rng = Rng::from_state(seed | 1);
             let mut reference = layer(Device::cpu(), &p, &mut rng);
-            let mut rng = Rng(seed | 1);
+            let mut rng = Rng::from_state(seed | 1);
             let mut l = layer(dev.clone(), &p, &mut rng);
             let bytes = ba_weight_bytes(fmt, 2 * h, hidden, &mut rng);
             let w_ref = ba_weights(&reference.d, fmt, &bytes, h, hidden, true);

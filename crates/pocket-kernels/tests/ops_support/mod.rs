@@ -11,6 +11,10 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
+    /// The generator at state `s` as is, without mixing the seed (`s` must not be 0).
+    pub fn from_state(s: u64) -> Self {
+        Rng(s)
+    }
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
