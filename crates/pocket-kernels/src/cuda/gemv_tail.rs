@@ -188,7 +188,8 @@ fn set_cache(be: &CudaBackend, v: Option<(u64, usize, usize)>) {
     }
 }
 
-fn overlaps(a: u64, a_bytes: usize, b: u64, b_bytes: usize) -> bool {
+/// Whether the device ranges `[a, a + a_bytes)` and `[b, b + b_bytes)` overlap.
+pub(crate) fn overlaps(a: u64, a_bytes: usize, b: u64, b_bytes: usize) -> bool {
     a < b + b_bytes as u64 && b < a + a_bytes as u64
 }
 

@@ -13,6 +13,7 @@
 //! `POCKET_RMS_FOLD=0` keeps the unfused GEMV + `add_rms_norm` (A/B).
 
 use super::gemv_fp8::Fp8Row1;
+use super::gemv_tail::overlaps;
 use super::kernels::Kernel;
 use super::matmul_fp8::Fp8Kind;
 use super::switch::EnvChoice;
@@ -115,11 +116,12 @@ pub(crate) fn produce(
     let rp = be.ptr_of(OP, "residual", residual, DType::F32)?;
     let gp = be.ptr_of(OP, "norm weight", norm_w, DType::F32)?;
     let np = be.ptr_of(OP, "normed", normed, DType::F32)?;
-    if [xp, dp, rp, np].iter().enumerate().any(|(i, &a)| {
-        [xp, dp, rp, np][i + 1..]
-            .iter()
-            .any(|&b| a == b || overlaps(a, b, 4 * d.max(w.cols)))
-    }) {
+    let bufs = [(xp, 4 * w.cols), (dp, 4 * d), (rp, 4 * d), (np, 4 * d)];
+    if bufs
+        .iter()
+        .enumerate()
+        .any(|(i, &(a, an))| bufs[i + 1..].iter().any(|&(b, bn)| overlaps(a, an, b, bn)))
+    {
         return Ok(false);
     }
     let (xg, parts) = scratch_ptrs(be, OP)?;
@@ -148,11 +150,6 @@ pub(crate) fn produce(
     Ok(true)
 }
 
-/// Whether `[a, a + bytes)` and `[b, b + bytes)` overlap.
-fn overlaps(a: u64, b: u64, bytes: usize) -> bool {
-    a < b + bytes as u64 && b < a + bytes as u64
-}
-
 /// The pending fold a one-row FP8 GEMV takes when its input at `x` (of `cols` floats) is the
 /// pending norm's output, it launches `whole_blocks` (the consumer's barriers need every warp)
 /// and its output (`out_bytes` at `out`) does not overlap the norm's, which its blocks write: the
@@ -173,7 +170,7 @@ pub(crate) fn take_for_consumer(
     let Some(p) = *slot else {
         return Ok(None);
     };
-    let writes_normed = out < p.normed + 4 * p.dim as u64 && p.normed < out + out_bytes as u64;
+    let writes_normed = overlaps(out, out_bytes, p.normed, 4 * p.dim);
     if p.normed != x || p.dim != cols || !whole_blocks || writes_normed {
         return Ok(None);
     }
