@@ -148,15 +148,19 @@ pub enum PdlEarly {
     All,
 }
 
-impl PdlEarly {
-    fn from_env() -> PdlEarly {
-        match std::env::var("POCKET_PDL_EARLY").as_deref() {
-            Ok("0") => PdlEarly::None,
-            Ok("all") => PdlEarly::All,
-            _ => PdlEarly::Dp4a,
-        }
-    }
+/// `POCKET_PDL_EARLY`: `0` none, `all` every GEMV, else the dp4a ones (read once, at the first
+/// device open).
+static PDL_EARLY: switch::EnvChoice<PdlEarly> = switch::EnvChoice::new(
+    "POCKET_PDL_EARLY",
+    &[PdlEarly::None, PdlEarly::Dp4a, PdlEarly::All],
+    |v| match v {
+        Some("0") => PdlEarly::None,
+        Some("all") => PdlEarly::All,
+        _ => PdlEarly::Dp4a,
+    },
+);
 
+impl PdlEarly {
     fn applies(self, m: artifacts::ModuleId) -> bool {
         match self {
             PdlEarly::None => false,
@@ -210,7 +214,7 @@ impl CudaBackend {
         let pool = Pool::new(ctx.clone());
         static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
-        let early = PdlEarly::from_env();
+        let early = PDL_EARLY.get();
         kernels.set_constant_i32(&stream, "pdl_early", |m| early.applies(m) as i32)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
