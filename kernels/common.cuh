@@ -38,15 +38,24 @@ DEVI void pdl_trigger() {
 }
 
 // Where the decode GEMVs let the next kernel launch, set per module by the host
-// (cuda/kernels.rs, `POCKET_PDL_EARLY`): non-zero = right after their own pdl_wait(), so the next
-// kernel's blocks take the SM slots this one's tail frees and issue their weight loads there;
-// 0 = after the main loop. A GEMV calls both; exactly one of them triggers.
+// (cuda/mod.rs `PdlEarly`, `POCKET_PDL_EARLY`), a bit mask: bit 0 = every GEMV of the module
+// right after its own pdl_wait(), so the next kernel's blocks take the SM slots this one's tail
+// frees and issue their weight loads there; bit 1 = only the forms the host launches as one wave
+// (ONE_WAVE), whose blocks are all resident already, so the next kernel's blocks can only take
+// slots no block of this one needs. Otherwise after the main loop. A GEMV calls both; exactly
+// one of them triggers.
 __constant__ int pdl_early;
-DEVI void pdl_trigger_early() {
-    if (pdl_early) pdl_trigger();
+template <bool ONE_WAVE = false>
+DEVI bool pdl_is_early() {
+    return (pdl_early & 1) || (ONE_WAVE && (pdl_early & 2));
 }
+template <bool ONE_WAVE = false>
+DEVI void pdl_trigger_early() {
+    if (pdl_is_early<ONE_WAVE>()) pdl_trigger();
+}
+template <bool ONE_WAVE = false>
 DEVI void pdl_trigger_late() {
-    if (!pdl_early) pdl_trigger();
+    if (!pdl_is_early<ONE_WAVE>()) pdl_trigger();
 }
 
 DEVI float warp_sum(float v) {

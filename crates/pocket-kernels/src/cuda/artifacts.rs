@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "ff954939d26d911f918a084071c1eca058f9913e8afc2d1cfb823520a4bbef9d";
+    "65d4f30847666e696df5df2ef026f00f36a893e317950e30e025a36190d057ee";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -146,26 +146,35 @@ pub enum PdlEarly {
     Dp4a,
     /// Every GEMV early (`POCKET_PDL_EARLY=all`).
     All,
+    /// The dp4a GEMVs and the FP8 one-row forms the host launches only as one wave (the deep
+    /// forms, gemv_fp8.rs) early, the other FP8 ones late (`POCKET_PDL_EARLY=deep`): a one-wave
+    /// grid has every block resident, so the next kernel's blocks only take slots it leaves free.
+    Deep,
 }
 
-/// `POCKET_PDL_EARLY`: `0` none, `all` every GEMV, else the dp4a ones (read once, at the first
-/// device open).
+/// `POCKET_PDL_EARLY`: `0` none, `all` every GEMV, `deep` the dp4a and one-wave FP8 ones, else the dp4a
+/// ones (read once, at the first device open).
 static PDL_EARLY: switch::EnvChoice<PdlEarly> = switch::EnvChoice::new(
     "POCKET_PDL_EARLY",
-    &[PdlEarly::None, PdlEarly::Dp4a, PdlEarly::All],
+    &[PdlEarly::None, PdlEarly::Dp4a, PdlEarly::All, PdlEarly::Deep],
     |v| match v {
         Some("0") => PdlEarly::None,
         Some("all") => PdlEarly::All,
+        Some("deep") => PdlEarly::Deep,
         _ => PdlEarly::Dp4a,
     },
 );
 
 impl PdlEarly {
-    fn applies(self, m: artifacts::ModuleId) -> bool {
+    /// Module `m`'s `pdl_early` mask (common.cuh): bit 0 every GEMV early, bit 1 the one-wave
+    /// forms only.
+    fn mask(self, m: artifacts::ModuleId) -> i32 {
+        let dp4a = (m == artifacts::ModuleId::Gemv) as i32;
         match self {
-            PdlEarly::None => false,
-            PdlEarly::Dp4a => m == artifacts::ModuleId::Gemv,
-            PdlEarly::All => true,
+            PdlEarly::None => 0,
+            PdlEarly::Dp4a => dp4a,
+            PdlEarly::All => 1,
+            PdlEarly::Deep => dp4a | 2 * (m == artifacts::ModuleId::GemvFp8) as i32,
         }
     }
 }
@@ -291,7 +300,7 @@ impl CudaBackend {
     /// `POCKET_PDL_EARLY`. Affects launches and graph replays that run after it.
     pub fn set_pdl_early(&self, early: PdlEarly) -> Result<()> {
         self.kernels
-            .set_constant_i32(&self.stream, "pdl_early", |m| early.applies(m) as i32)
+            .set_constant_i32(&self.stream, "pdl_early", |m| early.mask(m))
     }
 
     /// Forgets the cached activation quantization (see `q8_cache`).
