@@ -40,22 +40,26 @@ DEVI void pdl_trigger() {
 // Where the decode GEMVs let the next kernel launch, set per module by the host
 // (cuda/mod.rs `PdlEarly`, `POCKET_PDL_EARLY`), a bit mask: bit 0 = every GEMV of the module
 // right after its own pdl_wait(), so the next kernel's blocks take the SM slots this one's tail
-// frees and issue their weight loads there; bit 1 = only the forms the host launches as one wave
-// (ONE_WAVE), whose blocks are all resident already, so the next kernel's blocks can only take
-// slots no block of this one needs. Otherwise after the main loop. A GEMV calls both; exactly
-// one of them triggers.
+// frees and issue their weight loads there; bit 1 = only launches whose grid fits in one wave at
+// the kernel's guaranteed occupancy (MINB blocks per SM, its __launch_bounds__; 0 = never
+// counted as one wave): every block of such a grid is resident already, so the next kernel's
+// blocks can only take slots no block of this one still needs. Otherwise after the main loop.
+// A GEMV calls both; exactly one of them triggers. pdl_sms: the GPU's SM count (host-set).
 __constant__ int pdl_early;
-template <bool ONE_WAVE = false>
+__constant__ int pdl_sms;
+template <int MINB>
 DEVI bool pdl_is_early() {
-    return (pdl_early & 1) || (ONE_WAVE && (pdl_early & 2));
+    if (pdl_early & 1) return true;
+    return MINB > 0 && (pdl_early & 2) &&
+           gridDim.x * gridDim.y * gridDim.z <= (unsigned)(pdl_sms * MINB);
 }
-template <bool ONE_WAVE = false>
+template <int MINB = 0>
 DEVI void pdl_trigger_early() {
-    if (pdl_is_early<ONE_WAVE>()) pdl_trigger();
+    if (pdl_is_early<MINB>()) pdl_trigger();
 }
-template <bool ONE_WAVE = false>
+template <int MINB = 0>
 DEVI void pdl_trigger_late() {
-    if (!pdl_is_early<ONE_WAVE>()) pdl_trigger();
+    if (!pdl_is_early<MINB>()) pdl_trigger();
 }
 
 DEVI float warp_sum(float v) {

@@ -231,7 +231,9 @@ FOR_EACH_Q8(DEF_GEMV_Q8W)
 
 // R rows per block (GEMVR_ROWS, or 1 for gemv_q8r1), PF work items per thread and row per pass.
 // TAIL (gemv_tail.cuh): the small kernel folded into the end of the GEMV, with its arguments.
-template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int TAIL = TAIL_NONE>
+// MINB: the blocks per SM the kernel's __launch_bounds__ guarantee (common.cuh pdl_is_early).
+template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int TAIL = TAIL_NONE,
+          int MINB = 0>
 __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const float* __restrict__ xs,
                          float* __restrict__ out, int rows, int cols,
@@ -262,7 +264,7 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
         // load() reads weights only; the activation blocks come from the previous kernels.
         if (!waited) {
             pdl_wait();
-            pdl_trigger_early();
+            pdl_trigger_early<MINB>();
             waited = true;
         }
 #pragma unroll
@@ -276,9 +278,9 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
     }
     if (!waited) {
         pdl_wait();
-        pdl_trigger_early();
+        pdl_trigger_early<MINB>();
     }
-    pdl_trigger_late();
+    pdl_trigger_late<MINB>();
 #pragma unroll
     for (int i = 0; i < R; i++) {
         float s = warp_sum(acc[i]);
@@ -309,7 +311,8 @@ template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
         gemv_q8r_##name(                                                                       \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols) {                                                                  \
-        gemv_q8r<D, GEMVR_THREADS>(w, xq, xd, xs, out, rows, cols);                            \
+        gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, TAIL_NONE, Q8rMinBlocks<D>::value>(      \
+            w, xq, xd, xs, out, rows, cols);                                                   \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R)
 
@@ -322,7 +325,8 @@ FOR_EACH_Q8(DEF_GEMV_Q8R)
         gemv_q8r64_##name(                                                                     \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols) {                                                                  \
-        gemv_q8r<D, 64>(w, xq, xd, xs, out, rows, cols);                                       \
+        gemv_q8r<D, 64, GEMVR_ROWS, D::PF, TAIL_NONE, 2 * Q8rMinBlocks<D>::value>(             \
+            w, xq, xd, xs, out, rows, cols);                                                   \
     }
 // The formats with a 32-element work item that compile at 64 registers (Q8rMinBlocks = 8).
 DEF_GEMV_Q8R64(q4_0, DotQ4_0)

@@ -177,7 +177,7 @@ __device__ __forceinline__ float dot16(uint4 q, const float* xv) {
 // row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
 // gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
 // after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh).
-template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, bool ONE_WAVE, class AfterWait>
+template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
                                                 const float* __restrict__ x, int nch, int gt,
@@ -208,7 +208,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     }
     // The activation is the previous kernel's output: read it only after the wait.
     pdl_wait();
-    pdl_trigger_early<ONE_WAVE>();
+    pdl_trigger_early<MINB>();
     after_wait();
     for (int c0 = gt; c0 < nch; c0 += STEP) {
 #pragma unroll
@@ -236,7 +236,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     }
 }
 
-template <int E5M2, bool TILED, int DEC, int R, int U, bool ONE_WAVE>
+template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
                                               const float* __restrict__ x,
@@ -259,10 +259,10 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     const float* srow[1] = {TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr};
     float acc[R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, U, ONE_WAVE>(wr, srow, x, nch, lane, acc, [&] {
+    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB>(wr, srow, x, nch, lane, acc, [&] {
         if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
-    pdl_trigger_late<ONE_WAVE>();
+    pdl_trigger_late<MINB>();
     // Butterfly sums: every lane holds every row's total; lane r < R takes row row0 + r.
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
@@ -288,7 +288,7 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
 // result equals the warp-per-row GEMV (the same chunk order and shuffle sums per row) followed by
 // silu_mul_halves. The up rows share one tile only if inter % R == 0: the host picks R so.
 // f32 output (what the next FP8 GEMV reads); no int8 quantization of it.
-template <int E5M2, bool TILED, int R, int U>
+template <int E5M2, bool TILED, int R, int U, int MINB>
 __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w,
                                                    const float* __restrict__ sc, float tscale,
                                                    const float* __restrict__ x,
@@ -314,10 +314,10 @@ __device__ __forceinline__ void gemv_fp8_silu_row1(const uint8_t* __restrict__ w
                             TILED ? sc + (size_t)((o0 + inter) >> 7) * tcols : nullptr};
     float acc[2 * R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, U, false>(wr, srow, x, nch, lane, acc, [&] {
+    row1_accumulate<E5M2, TILED, 1, 2 * R, 2, U, MINB>(wr, srow, x, nch, lane, acc, [&] {
         if (f.parts_in && threadIdx.x < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
-    pdl_trigger_late();
+    pdl_trigger_late<MINB>();
     // Butterfly sums: every lane holds every row's total; lane r writes output r.
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) acc[r] = warp_sum(acc[r]);
@@ -501,7 +501,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_row1<e5m2, tiled, dec, R, U, (R * U >= 16)>(w, sc, tscale, x, out, rows, cols, f); \
+        gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
@@ -517,7 +517,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
         gemv_fp8_silu_##name##_##sfx(const uint8_t* w, const float* sc, float tscale,          \
                                      const float* x, float* out, int inter, int cols,          \
                                      RmsFold f) {                                               \
-        gemv_fp8_silu_row1<e5m2, tiled, R, U>(w, sc, tscale, x, out, inter, cols, f);          \
+        gemv_fp8_silu_row1<e5m2, tiled, R, U, MINB>(w, sc, tscale, x, out, inter, cols, f);    \
     }
 #define FP8_SILU_ALL(name, e5m2, tiled)                                                        \
     FP8_SILU(name, gu1, e5m2, tiled, 1, 4, 6)                                                   \

@@ -145,8 +145,8 @@ fn bench_delta_rule_prefill() {
 
 /// Programmatic dependent launch A/B on the whole 8B decode step (Q4_0 layers, Q6_K output):
 /// the same step with PDL off, on with the GEMVs triggering their dependents after the main loop
-/// (`set_pdl_early(false)`), and on with them triggering right after their wait (the default),
-/// eager and as a graph, alternating the settings so clock drift hits all alike. Skipped where
+/// (`PdlEarly::None`), on with them triggering right after their wait (`All`; the dense default),
+/// and early only where their grid fits in one wave (`Wave`), eager and as a graph, alternating the settings so clock drift hits all alike. Skipped where
 /// PDL is unsupported.
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
@@ -158,17 +158,17 @@ fn bench_decode_step_8b_pdl() {
         eprintln!("skipped: PDL needs the sm_90 cubin");
         return;
     }
+    use pocket_kernels::cuda::PdlEarly;
     // (PDL, early trigger, label).
     let settings = [
-        (false, false, "off"),
-        (true, false, "late"),
-        (true, true, "early"),
+        (false, PdlEarly::None, "off"),
+        (true, PdlEarly::None, "late"),
+        (true, PdlEarly::All, "early"),
+        (true, PdlEarly::Wave, "wave"),
     ];
-    let set = |pdl: bool, early: bool| {
-        use pocket_kernels::cuda::PdlEarly;
+    let set = |pdl: bool, early: PdlEarly| {
         be.set_pdl(pdl);
-        be.set_pdl_early(if early { PdlEarly::All } else { PdlEarly::None })
-            .unwrap();
+        be.set_pdl_early(early).unwrap();
     };
     let mut st = step::Step::new(&be, step::LLAMA3_8B, GgmlType::Q4_0, GgmlType::Q6_K, 128);
     let mut graphs = Vec::new();
@@ -181,7 +181,7 @@ fn bench_decode_step_8b_pdl() {
         graphs.push(g);
     }
     // (eager, graph) per setting, over three alternating rounds; the best round of each.
-    let mut best = [[f64::MAX; 2]; 3];
+    let mut best = [[f64::MAX; 2]; 4];
     for _ in 0..3 {
         for (i, &(pdl, early, _)) in settings.iter().enumerate() {
             set(pdl, early);
@@ -193,8 +193,7 @@ fn bench_decode_step_8b_pdl() {
     }
     be.synchronize().unwrap();
     be.set_pdl(true);
-    be.set_pdl_early(pocket_kernels::cuda::PdlEarly::Dp4a)
-        .unwrap();
+    be.set_pdl_early(PdlEarly::Dp4a).unwrap();
     println!("\n==== summary: decode step, PDL A/B ====");
     for (i, (_, _, label)) in settings.into_iter().enumerate() {
         println!(
@@ -205,11 +204,11 @@ fn bench_decode_step_8b_pdl() {
             1e3 / best[i][1]
         );
     }
-    for (i, label) in [(1, "late/off"), (2, "early/late")] {
+    for (i, j, label) in [(1, 0, "late/off"), (2, 1, "early/late"), (3, 2, "wave/early")] {
         println!(
             "step 8B Q4_0 PDL {label}: eager {:+.1}%, graph {:+.1}% time",
-            100.0 * (best[i][0] / best[i - 1][0] - 1.0),
-            100.0 * (best[i][1] / best[i - 1][1] - 1.0)
+            100.0 * (best[i][0] / best[j][0] - 1.0),
+            100.0 * (best[i][1] / best[j][1] - 1.0)
         );
     }
 }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "65d4f30847666e696df5df2ef026f00f36a893e317950e30e025a36190d057ee";
+    "945b8fb8e133b520a41092879a858911a461c10c9dd2b748c6bd50a8ee517def";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

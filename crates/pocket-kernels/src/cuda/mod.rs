@@ -146,35 +146,40 @@ pub enum PdlEarly {
     Dp4a,
     /// Every GEMV early (`POCKET_PDL_EARLY=all`).
     All,
-    /// The dp4a GEMVs and the FP8 one-row forms the host launches only as one wave (the deep
-    /// forms, gemv_fp8.rs) early, the other FP8 ones late (`POCKET_PDL_EARLY=deep`): a one-wave
-    /// grid has every block resident, so the next kernel's blocks only take slots it leaves free.
-    Deep,
+    /// The dp4a GEMVs early, the FP8 ones early only where their grid fits in one wave
+    /// (`POCKET_PDL_EARLY=fp8wave`): a one-wave grid has every block resident, so the next
+    /// kernel's blocks only take slots it leaves free.
+    Fp8Wave,
+    /// Every GEMV early only where its grid fits in one wave (`POCKET_PDL_EARLY=wave`).
+    Wave,
 }
 
-/// `POCKET_PDL_EARLY`: `0` none, `all` every GEMV, `deep` the dp4a and one-wave FP8 ones, else the dp4a
-/// ones (read once, at the first device open).
+/// `POCKET_PDL_EARLY`: `0` none, `all` every GEMV, `fp8wave` the dp4a ones and the one-wave FP8
+/// launches, `wave` every one-wave launch, else the dp4a ones (read once, at the first device
+/// open).
 static PDL_EARLY: switch::EnvChoice<PdlEarly> = switch::EnvChoice::new(
     "POCKET_PDL_EARLY",
-    &[PdlEarly::None, PdlEarly::Dp4a, PdlEarly::All, PdlEarly::Deep],
+    &[PdlEarly::None, PdlEarly::Dp4a, PdlEarly::All, PdlEarly::Fp8Wave, PdlEarly::Wave],
     |v| match v {
         Some("0") => PdlEarly::None,
         Some("all") => PdlEarly::All,
-        Some("deep") => PdlEarly::Deep,
+        Some("fp8wave") => PdlEarly::Fp8Wave,
+        Some("wave") => PdlEarly::Wave,
         _ => PdlEarly::Dp4a,
     },
 );
 
 impl PdlEarly {
-    /// Module `m`'s `pdl_early` mask (common.cuh): bit 0 every GEMV early, bit 1 the one-wave
-    /// forms only.
+    /// Module `m`'s `pdl_early` mask (common.cuh): bit 0 every GEMV early, bit 1 one-wave
+    /// launches only.
     fn mask(self, m: artifacts::ModuleId) -> i32 {
         let dp4a = (m == artifacts::ModuleId::Gemv) as i32;
         match self {
             PdlEarly::None => 0,
             PdlEarly::Dp4a => dp4a,
             PdlEarly::All => 1,
-            PdlEarly::Deep => dp4a | 2 * (m == artifacts::ModuleId::GemvFp8) as i32,
+            PdlEarly::Fp8Wave => dp4a | 2 * (m == artifacts::ModuleId::GemvFp8) as i32,
+            PdlEarly::Wave => 2,
         }
     }
 }
@@ -224,7 +229,8 @@ impl CudaBackend {
         static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
         let early = PDL_EARLY.get();
-        kernels.set_constant_i32(&stream, "pdl_early", |m| early.applies(m) as i32)?;
+        kernels.set_constant_i32(&stream, "pdl_early", |m| early.mask(m))?;
+        kernels.set_constant_i32(&stream, "pdl_sms", |_| sm_count as i32)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
