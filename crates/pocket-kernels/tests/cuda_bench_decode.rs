@@ -193,7 +193,7 @@ fn bench_decode_step_8b_pdl() {
     }
     be.synchronize().unwrap();
     be.set_pdl(true);
-    be.set_pdl_early(PdlEarly::Dp4a).unwrap();
+    be.set_pdl_early(PdlEarly::Fp8Wave).unwrap();
     println!("\n==== summary: decode step, PDL A/B ====");
     for (i, (_, _, label)) in settings.into_iter().enumerate() {
         println!(
@@ -204,7 +204,11 @@ fn bench_decode_step_8b_pdl() {
             1e3 / best[i][1]
         );
     }
-    for (i, j, label) in [(1, 0, "late/off"), (2, 1, "early/late"), (3, 2, "wave/early")] {
+    for (i, j, label) in [
+        (1, 0, "late/off"),
+        (2, 1, "early/late"),
+        (3, 2, "wave/early"),
+    ] {
         println!(
             "step 8B Q4_0 PDL {label}: eager {:+.1}%, graph {:+.1}% time",
             100.0 * (best[i][0] / best[j][0] - 1.0),

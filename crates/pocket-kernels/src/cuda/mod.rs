@@ -133,39 +133,46 @@ pub struct CudaBackend {
     rms_fold: Mutex<Option<rms_fold::PendingFold>>,
 }
 
-/// Which GEMV modules trigger their dependent launch early (kernels/common.cuh `pdl_early`).
-/// Early lets the next kernel's blocks take SM slots as this one's tail frees them; measured on
-/// the H200 (session 6): the Llama-8B Q4_0 step graph 2.141 -> 2.106 ms with the dp4a GEMVs
-/// early, but the Qwen3.5-27B FP8 decode 115.8 -> 105.8 tok/s with the FP8 ones early (their
-/// successors are grids of one wave or less, which then crowd onto the SMs freed first).
+/// Which GEMVs trigger their dependent launch early (kernels/common.cuh `pdl_early`). Early
+/// lets the next kernel's blocks take SM slots as this one's tail frees them and issue their
+/// weight loads there. Measured on the H200: the Llama-8B Q4_0 step graph 2.148 -> 2.121 ms with
+/// the dp4a GEMVs early (2.151 with only their one-wave launches early); the Qwen3.5-27B FP8
+/// decode 121.0 -> 122.7 tok/s with the one-wave FP8 launches early as well (122.3 with every
+/// FP8 GEMV early; session 7, docs/performance/logs/2026-11-30-s7-run1/).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlEarly {
     /// Every GEMV triggers after its main loop (`POCKET_PDL_EARLY=0`).
     None,
-    /// The dp4a GEMVs (kernels/gemv.cu) early, the FP8 ones late (the default).
+    /// The dp4a GEMVs (kernels/gemv.cu) early, the FP8 ones late (`POCKET_PDL_EARLY=dp4a`).
     Dp4a,
     /// Every GEMV early (`POCKET_PDL_EARLY=all`).
     All,
-    /// The dp4a GEMVs early, the FP8 ones early only where their grid fits in one wave
-    /// (`POCKET_PDL_EARLY=fp8wave`): a one-wave grid has every block resident, so the next
-    /// kernel's blocks only take slots it leaves free.
+    /// The dp4a GEMVs early, the FP8 ones early only where their grid fits in one wave (the
+    /// default): a one-wave grid has every block resident, so the next kernel's blocks only
+    /// take slots it leaves free.
     Fp8Wave,
     /// Every GEMV early only where its grid fits in one wave (`POCKET_PDL_EARLY=wave`).
     Wave,
 }
 
-/// `POCKET_PDL_EARLY`: `0` none, `all` every GEMV, `fp8wave` the dp4a ones and the one-wave FP8
-/// launches, `wave` every one-wave launch, else the dp4a ones (read once, at the first device
+/// `POCKET_PDL_EARLY`: `0` none, `dp4a` the dp4a GEMVs, `all` every GEMV, `wave` every one-wave
+/// launch, else the dp4a GEMVs and the one-wave FP8 launches (read once, at the first device
 /// open).
 static PDL_EARLY: switch::EnvChoice<PdlEarly> = switch::EnvChoice::new(
     "POCKET_PDL_EARLY",
-    &[PdlEarly::None, PdlEarly::Dp4a, PdlEarly::All, PdlEarly::Fp8Wave, PdlEarly::Wave],
+    &[
+        PdlEarly::None,
+        PdlEarly::Dp4a,
+        PdlEarly::All,
+        PdlEarly::Fp8Wave,
+        PdlEarly::Wave,
+    ],
     |v| match v {
         Some("0") => PdlEarly::None,
         Some("all") => PdlEarly::All,
-        Some("fp8wave") => PdlEarly::Fp8Wave,
+        Some("dp4a") => PdlEarly::Dp4a,
         Some("wave") => PdlEarly::Wave,
-        _ => PdlEarly::Dp4a,
+        _ => PdlEarly::Fp8Wave,
     },
 );
 
@@ -178,7 +185,7 @@ impl PdlEarly {
             PdlEarly::None => 0,
             PdlEarly::Dp4a => dp4a,
             PdlEarly::All => 1,
-            PdlEarly::Fp8Wave => dp4a | 2 * (m == artifacts::ModuleId::GemvFp8) as i32,
+            PdlEarly::Fp8Wave => dp4a | (2 * (m == artifacts::ModuleId::GemvFp8) as i32),
             PdlEarly::Wave => 2,
         }
     }
