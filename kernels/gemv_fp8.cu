@@ -135,12 +135,33 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
     return v;
 }
 
-// x[16c .. 16c + 16) (through L1: every row group of the SM reads the same activation row).
-__device__ __forceinline__ void load_x16(const float* __restrict__ x, int c, float* xv) {
-    const float4* xp = reinterpret_cast<const float4*>(x) + c * 4;
+// Tile-lane order (`fp8_lanes`, set by the host at open with the upload's choice,
+// cuda/matmul_fp8.rs): within every whole 128-column tile of a row, 16-byte chunk k (k = 0..7)
+// holds the codes of columns 4k + 32i + m (i, m = 0..3; byte 4i + m), not 16k..16k+15. The
+// activation a chunk multiplies is then four float4 at x[4k + 32i], and the eight lanes reading
+// one tile's chunks read 128 contiguous bytes per load: each x load of a warp touches four
+// 128-byte lines, where the row-major order's 64-byte lane stride touched sixteen half-used ones
+// (Nsight, session 6: a third of the one-row GEMV's L1 sectors were such waste). A partial last
+// tile keeps the row-major order. 0 = the checkpoint's row-major order everywhere.
+__constant__ int fp8_lanes;
+
+// Chunks of a row in tile-lane order: those of its whole tiles (0 in row-major order).
+__device__ __forceinline__ int fp8_lane_chunks(int nch) { return fp8_lanes ? (nch & ~7) : 0; }
+
+// Index (in float4) of the i-th float4 of activation chunk c's 16 values (see fp8_lanes; c below
+// nlane is in tile-lane order).
+__device__ __forceinline__ int x4_index(int c, int i, int nlane) {
+    return c < nlane ? 32 * (c >> 3) + (c & 7) + 8 * i : 4 * c + i;
+}
+
+// The 16 activation values chunk c multiplies, in its byte order (through L1: every row group of
+// the SM reads the same activation row).
+__device__ __forceinline__ void load_x16(const float* __restrict__ x, int c, int nlane,
+                                         float* xv) {
+    const float4* xp = reinterpret_cast<const float4*>(x);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float4 t = __ldg(xp + i);
+        const float4 t = __ldg(xp + x4_index(c, i, nlane));
         xv[4 * i] = t.x;
         xv[4 * i + 1] = t.y;
         xv[4 * i + 2] = t.z;
@@ -186,6 +207,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     constexpr int T = 32;        // lanes splitting the columns
     constexpr int STEP = T * U;  // chunks per row per step
     constexpr int PER = NR / NS;
+    const int nlane = fp8_lane_chunks(nch);
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.f;
     uint4 q[U][NR];
@@ -216,7 +238,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
             const int c = c0 + T * u;
             if (c >= nch) break;  // and so is every later chunk of this thread
             float xv[16];
-            load_x16(x, c, xv);
+            load_x16(x, c, nlane, xv);
 #pragma unroll
             for (int r = 0; r < NR; r++) {
                 const float d = dot16<E5M2, DEC>(q[u][r], xv);
@@ -353,6 +375,7 @@ __device__ __forceinline__ void gemv_fp8_nb(const uint8_t* __restrict__ w,
     const int nch = cols >> 4;
     const int tcols = (cols + 127) >> 7;
     const int ntiles = (nch + 31) >> 5;
+    const int nlane = fp8_lane_chunks(nch);
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -386,7 +409,8 @@ __device__ __forceinline__ void gemv_fp8_nb(const uint8_t* __restrict__ w,
             const int j = i >> 7, g = (i >> 2) & 31, k4 = i & 3;
             const int c = t * 32 + g;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (c < nch) v = __ldg(reinterpret_cast<const float4*>(x + (size_t)j * cols) + c * 4 + k4);
+            if (c < nch)
+                v = __ldg(reinterpret_cast<const float4*>(x + (size_t)j * cols) + x4_index(c, k4, nlane));
             *reinterpret_cast<float4*>(&xs[j][g * FP8_XPAD + k4 * 4]) = v;
         }
         __syncthreads();
@@ -449,22 +473,15 @@ __device__ __forceinline__ void gemv_fp8_nb(const uint8_t* __restrict__ w,
     }
 }
 
-__device__ __forceinline__ void store16(__half* o, const float* f) {
-    uint32_t h[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const __half2 v = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
-        h[k] = *reinterpret_cast<const uint32_t*>(&v);
-    }
-    uint4* p = reinterpret_cast<uint4*>(o);
-    p[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    p[1] = make_uint4(h[4], h[5], h[6], h[7]);
+// Four consecutive outputs (f16 for the tensor-core prefill, f32 for the exact one).
+__device__ __forceinline__ void store4(__half* o, const float* f) {
+    const __half2 a = __floats2half2_rn(f[0], f[1]), b = __floats2half2_rn(f[2], f[3]);
+    *reinterpret_cast<uint2*>(o) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
 }
 
-__device__ __forceinline__ void store16(float* o, const float* f) {
-    float4* p = reinterpret_cast<float4*>(o);
-#pragma unroll
-    for (int i = 0; i < 4; i++) p[i] = make_float4(f[4 * i], f[4 * i + 1], f[4 * i + 2], f[4 * i + 3]);
+__device__ __forceinline__ void store4(float* o, const float* f) {
+    *reinterpret_cast<float4*>(o) = make_float4(f[0], f[1], f[2], f[3]);
 }
 
 template <int E5M2, bool TILED, typename T>
@@ -485,7 +502,10 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 #pragma unroll
         for (int k = 0; k < 16; k++) f[k] *= s;
     }
-    store16(out + (size_t)rl * cols + 16 * c, f);
+    // Byte group i of the chunk holds the 4 columns whose activations x4_index names.
+    const int nlane = fp8_lane_chunks(nch);
+#pragma unroll
+    for (int k = 0; k < 4; k++) store4(out + (size_t)rl * cols + 4 * x4_index(c, k, nlane), f + 4 * k);
 }
 
 // One-row variants of one format: name suffix, DEC, R, U (see gemv_fp8_row1), and the blocks

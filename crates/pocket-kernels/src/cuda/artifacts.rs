@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "945b8fb8e133b520a41092879a858911a461c10c9dd2b748c6bd50a8ee517def";
+    "e0f2ba4d0cdbd0058041729dcb01c7be6e11982e54ffb092c1db3797d46a445a";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

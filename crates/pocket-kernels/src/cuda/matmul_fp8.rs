@@ -1,8 +1,9 @@
 //! FP8 weights (E4M3/E5M2, per-tensor scale or 128x128 tile scales) on CUDA: upload, decode GEMV
 //! and prefill GEMM, behind the same [`crate::Backend::matmul`] entry as every other format.
 //!
-//! Device layout ([`WeightLayout::ScalesAfter`]): the row-major codes as the checkpoint holds
-//! them (one byte per weight), then, at a 256-byte aligned offset, the f32 tile scales
+//! Device layout ([`WeightLayout::ScalesAfter`]): the codes (one byte per weight) row by row,
+//! each whole 128-column tile of a row in tile-lane order ([`to_tile_lanes`]; the checkpoint's
+//! order with `POCKET_FP8_LANES=0`), then, at a 256-byte aligned offset, the f32 tile scales
 //! `[ceil(rows/128), ceil(cols/128)]`. A per-tensor scale stays on the host in
 //! [`crate::Weight::tensor_scale`] and is applied to the result.
 //!
@@ -39,6 +40,7 @@ use super::gemv_fp8::{gemv, Fp8GateUp, Fp8Row1, GemvRows};
 use super::kernels::Kernel;
 use super::matmul::{check_matmul_shapes, GEMV_MAX_ROWS};
 use super::memory::{cuda_err, CudaWeight, WeightLayout};
+use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{DType, KernelError, Result, Tensor, Weight, WeightStorage};
@@ -164,7 +166,32 @@ impl Fp8Kernel {
     }
 }
 
-/// Uploads an FP8 weight: codes, then the tile scales (checked against the shape).
+/// `POCKET_FP8_LANES=0`: FP8 codes stay in the checkpoint's row-major order on the device (A/B);
+/// otherwise tile-lane order (read once, at the first device open, which also tells the
+/// kernels through their `fp8_lanes` constant).
+pub(super) static TILE_LANES: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_LANES");
+
+/// Reorders every whole 128-column tile of each `cols`-byte row of FP8 codes into tile-lane
+/// order (kernels/gemv_fp8.cu `fp8_lanes`): byte `16k + 4i + m` of a tile takes the code of its
+/// column `4k + 32i + m` (k = 0..8, i and m = 0..4), so that the activations of each 16-byte
+/// chunk are four float4 that the eight lanes of one tile read contiguously. A partial last tile
+/// keeps its order.
+pub(crate) fn to_tile_lanes(codes: &mut [u8], cols: usize) {
+    use rayon::prelude::*;
+    let whole = cols / 128 * 128;
+    codes.par_chunks_mut(cols).for_each(|row| {
+        for tile in row[..whole].chunks_exact_mut(128) {
+            let src: [u8; 128] = (&*tile).try_into().expect("128-byte tile");
+            for (col, &code) in src.iter().enumerate() {
+                let (i, k, m) = (col / 32, col % 32 / 4, col % 4);
+                tile[16 * k + 4 * i + m] = code;
+            }
+        }
+    });
+}
+
+/// Uploads an FP8 weight: codes (in tile-lane order unless `POCKET_FP8_LANES=0`), then the tile
+/// scales (checked against the shape).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn upload(
     be: &CudaBackend,
@@ -202,16 +229,25 @@ pub(crate) fn upload(
             format!("{format}: a tensor scale on top of tile scales is not a known layout"),
         ));
     }
+    let lanes = TILE_LANES.on() && cols >= 128;
     let (storage, layout) = match scales {
         Some(s) if kind.tiled => {
             let at = bytes.len().div_ceil(256) * 256;
             let mut packed = vec![0u8; at + s.len()];
             packed[..bytes.len()].copy_from_slice(bytes);
+            if lanes {
+                to_tile_lanes(&mut packed[..bytes.len()], cols);
+            }
             packed[at..].copy_from_slice(s);
             (
                 be.upload_bytes(OP, &packed)?,
                 WeightLayout::ScalesAfter { offset: at },
             )
+        }
+        _ if lanes => {
+            let mut codes = bytes.to_vec();
+            to_tile_lanes(&mut codes, cols);
+            (be.upload_bytes(OP, &codes)?, WeightLayout::Ggml)
         }
         _ => (be.upload_bytes(OP, bytes)?, WeightLayout::Ggml),
     };
@@ -425,6 +461,37 @@ fn gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tile_lane_order_puts_each_chunk_where_the_kernel_reads_its_activations() {
+        // 2 rows of 3 whole tiles and a partial one of 48 columns; code = column (mod 256).
+        let cols = 3 * 128 + 48;
+        let row: Vec<u8> = (0..cols).map(|c| (c % 256) as u8).collect();
+        let mut codes = [row.clone(), row.clone()].concat();
+        to_tile_lanes(&mut codes, cols);
+        let nch = cols / 16;
+        let nlane = nch / 8 * 8;
+        for r in 0..2 {
+            let got = &codes[r * cols..(r + 1) * cols];
+            for c in 0..nch {
+                for b in 0..16 {
+                    let (i, m) = (b / 4, b % 4);
+                    // kernels/gemv_fp8.cu x4_index: the float4 of x that byte group i multiplies.
+                    let x4 = if c < nlane {
+                        32 * (c / 8) + c % 8 + 8 * i
+                    } else {
+                        4 * c + i
+                    };
+                    assert_eq!(got[16 * c + b], row[4 * x4 + m], "row {r} chunk {c} byte {b}");
+                }
+            }
+        }
+        // The partial tile is untouched and every code of a tile stays in that tile.
+        assert_eq!(&codes[3 * 128..cols], &row[3 * 128..]);
+        let mut t0 = codes[..128].to_vec();
+        t0.sort_unstable();
+        assert_eq!(t0, row[..128].to_vec());
+    }
 
     #[test]
     fn chunks_are_aligned_and_bounded() {

@@ -238,6 +238,8 @@ impl CudaBackend {
         let early = PDL_EARLY.get();
         kernels.set_constant_i32(&stream, "pdl_early", |m| early.mask(m))?;
         kernels.set_constant_i32(&stream, "pdl_sms", |_| sm_count as i32)?;
+        let lanes = matmul_fp8::TILE_LANES.on() as i32;
+        kernels.set_constant_i32(&stream, "fp8_lanes", |_| lanes)?;
         Ok(CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
