@@ -56,13 +56,19 @@ stages)
       --reps 3 --record-dir "$OUT/records" --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
       >"$OUT/hybrid-fp8.txt" 2>&1
     echo "hybrid-fp8 rc=$?" >>"$STATE/progress"
-    # HYBRID_AB="VAR=value ..." runs the same file again under those switches (an A/B of the
-    # whole step in the same session; not recorded).
+    # HYBRID_AB="VAR=value ...; VAR2=value ..." runs the same file again under each ';'-separated
+    # set of switches (A/Bs of the whole step in the same session; not recorded): the first to
+    # hybrid-fp8-ab.txt, the next to hybrid-fp8-ab2.txt, ...
     if [ -n "${HYBRID_AB:-}" ]; then
-      env $HYBRID_AB "$BENCH" run --model synthetic:qwen3.5-27b:fp8 --device cuda --prompt-tokens 512 \
-        --gen-tokens 128 --reps 3 --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
-        >"$OUT/hybrid-fp8-ab.txt" 2>&1
-      echo "hybrid-fp8 ab ($HYBRID_AB) rc=$?" >>"$STATE/progress"
+      IFS=';' read -ra ab_sets <<<"$HYBRID_AB"
+      for i in "${!ab_sets[@]}"; do
+        ab="${ab_sets[$i]}"
+        suffix=$([ "$i" = 0 ] || echo "$((i + 1))")
+        env $ab "$BENCH" run --model synthetic:qwen3.5-27b:fp8 --device cuda --prompt-tokens 512 \
+          --gen-tokens 128 --reps 3 --synth-dir "$BIG" --vocab-dir "$BUNDLE/vocab" \
+          >"$OUT/hybrid-fp8-ab$suffix.txt" 2>&1
+        echo "hybrid-fp8 ab$suffix ($ab) rc=$?" >>"$STATE/progress"
+      done
     fi
     rm -rf "$BIG"/*
   fi

@@ -482,7 +482,11 @@ mod tests {
                     } else {
                         4 * c + i
                     };
-                    assert_eq!(got[16 * c + b], row[4 * x4 + m], "row {r} chunk {c} byte {b}");
+                    assert_eq!(
+                        got[16 * c + b],
+                        row[4 * x4 + m],
+                        "row {r} chunk {c} byte {b}"
+                    );
                 }
             }
         }
