@@ -1,6 +1,6 @@
 // Scalar activations written once, so every kernel that applies one evaluates the same
 // expression, hence the same bits: the Gated DeltaNet gates (deltanet.cu, deltanet_decode.cu)
-// and SwiGLU (split.cu, elementwise.cu, gemv_fp8.cu, gemv_tail.cuh; the CPU's silu(a) * u).
+// and SwiGLU (split.cu, elementwise.cu, gemv_fp8.cu; the CPU's silu(a) * u).
 #pragma once
 #include "common.cuh"
 

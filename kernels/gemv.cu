@@ -27,7 +27,6 @@
 #include "common.cuh"
 #include "dot_q8.cuh"
 #include "dot_formats.cuh"
-#include "gemv_tail.cuh"
 
 #define GEMV_MAX_N 8
 #define GEMV_WARPS 4
@@ -230,14 +229,11 @@ FOR_EACH_Q8(DEF_GEMV_Q8W)
 #define GEMVR_ROWS 4
 
 // R rows per block (GEMVR_ROWS, or 1 for gemv_q8r1), PF work items per thread and row per pass.
-// TAIL (gemv_tail.cuh): the small kernel folded into the end of the GEMV, with its arguments.
 // MINB: the blocks per SM the kernel's __launch_bounds__ guarantee (common.cuh pdl_is_early).
-template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int TAIL = TAIL_NONE,
-          int MINB = 0>
+template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int MINB = 0>
 __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const float* __restrict__ xs,
-                         float* __restrict__ out, int rows, int cols,
-                         const TailArgs& tail = TailArgs{}) {
+                         float* __restrict__ out, int rows, int cols) {
     using F = typename D::Fmt;
     __shared__ float part[T / 32][R];
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -293,8 +289,6 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
         for (int k = 0; k < T / 32; k++) s += part[k][tid];
         out[r0 + tid] = s;
     }
-    if constexpr (TAIL == TAIL_SILU) tail_silu<R>(tail, out, rows, r0);
-    if constexpr (TAIL == TAIL_NORM) tail_norm<T>(tail, out, rows);
 }
 
 // Blocks per SM to fit: 8 (64 registers, a 4096-row matrix in one wave) where the work item
@@ -311,7 +305,7 @@ template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
         gemv_q8r_##name(                                                                       \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols) {                                                                  \
-        gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, TAIL_NONE, Q8rMinBlocks<D>::value>(      \
+        gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, Q8rMinBlocks<D>::value>(                 \
             w, xq, xd, xs, out, rows, cols);                                                   \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R)
@@ -325,7 +319,7 @@ FOR_EACH_Q8(DEF_GEMV_Q8R)
         gemv_q8r64_##name(                                                                     \
         const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
         int rows, int cols) {                                                                  \
-        gemv_q8r<D, 64, GEMVR_ROWS, D::PF, TAIL_NONE, 2 * Q8rMinBlocks<D>::value>(             \
+        gemv_q8r<D, 64, GEMVR_ROWS, D::PF, 2 * Q8rMinBlocks<D>::value>(                        \
             w, xq, xd, xs, out, rows, cols);                                                   \
     }
 // The formats with a 32-element work item that compile at 64 registers (Q8rMinBlocks = 8).
@@ -343,61 +337,6 @@ DEF_GEMV_Q8R64(q8_0, DotQ8_0)
         gemv_q8r<D, GEMVR_THREADS, 1, 2>(w, xq, xd, xs, out, rows, cols);                      \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R1)
-
-// gemv_q8r{,1}_<fmt>_{silu,norm}: gemv_q8r_* and gemv_q8r1_* with a tail (gemv_tail.cuh) for the
-// dense decode step: `_silu` after the stacked gate|up projection (SwiGLU + the down GEMV's
-// int8 activation), `_norm` after the o and down projections (residual add + RMSNorm + the next
-// GEMV's int8 activation). The same launch shapes as the plain kernels; `counters` zeroed. The
-// r1 tails are held to 64 registers (8 blocks per SM, as the plain r1 kernels reach with 32-56):
-// the non-inlined norm tail would otherwise set the kernel's count to its own 80.
-#define TAIL_SILU_PARAMS                                                                       \
-    float *act, int8_t *oq, float *od, float *os, int8_t *oqk, float *odk, float *osk,         \
-        unsigned *counters
-#define TAIL_NORM_PARAMS                                                                       \
-    float *residual, const float *norm_w, float *normed, float eps, int8_t *oq, float *od,     \
-        float *os, int8_t *oqk, float *odk, float *osk, unsigned *counters
-#define DEF_GEMV_Q8R_TAIL(name, D)                                                             \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, Q8rMinBlocks<D>::value)       \
-        gemv_q8r_##name##_silu(const uint8_t* w, const int8_t* xq, const float* xd,            \
-                               const float* xs, float* out, int rows, int cols,                \
-                               TAIL_SILU_PARAMS) {                                             \
-        TailArgs t{act, nullptr, nullptr, nullptr, 0.f, oq, od, os, oqk, odk, osk, counters};  \
-        gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, TAIL_SILU>(w, xq, xd, xs, out, rows,     \
-                                                                 cols, t);                     \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, Q8rMinBlocks<D>::value)       \
-        gemv_q8r_##name##_norm(const uint8_t* w, const int8_t* xq, const float* xd,            \
-                               const float* xs, float* out, int rows, int cols,                \
-                               TAIL_NORM_PARAMS) {                                             \
-        TailArgs t{nullptr, residual, norm_w, normed, eps, oq, od, os, oqk, odk, osk,          \
-                   counters};                                                                  \
-        gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, TAIL_NORM>(w, xq, xd, xs, out, rows,     \
-                                                                 cols, t);                     \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, 8) gemv_q8r1_##name##_silu(   \
-        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
-        int rows, int cols, TAIL_SILU_PARAMS) {                                                \
-        TailArgs t{act, nullptr, nullptr, nullptr, 0.f, oq, od, os, oqk, odk, osk, counters};  \
-        gemv_q8r<D, GEMVR_THREADS, 1, 2, TAIL_SILU>(w, xq, xd, xs, out, rows, cols, t);        \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, 8) gemv_q8r1_##name##_norm(   \
-        const uint8_t* w, const int8_t* xq, const float* xd, const float* xs, float* out,      \
-        int rows, int cols, TAIL_NORM_PARAMS) {                                                \
-        TailArgs t{nullptr, residual, norm_w, normed, eps, oq, od, os, oqk, odk, osk,          \
-                   counters};                                                                  \
-        gemv_q8r<D, GEMVR_THREADS, 1, 2, TAIL_NORM>(w, xq, xd, xs, out, rows, cols, t);        \
-    }
-// The formats of the dense models' decode GEMVs (Q4_K_M also has Q6_K and Q5_0/Q5_K layers);
-// others take the unfused launches (cuda/gemv_tail.rs).
-#define FOR_EACH_Q8_TAIL(X) \
-    X(q4_0, DotQ4_0)        \
-    X(q4_1, DotQ4_1)        \
-    X(q5_0, DotQ5_0)        \
-    X(q8_0, DotQ8_0)        \
-    X(q4_k, DotQ4_K)        \
-    X(q5_k, DotQ5_K)        \
-    X(q6_k, DotQ6_K)
-FOR_EACH_Q8_TAIL(DEF_GEMV_Q8R_TAIL)
 
 // ---- 16-bit float weights, one activation row, K split over the block -----------------------
 // gemv_f's warp per row, one 32-byte decode per lane per step, is latency-bound on small matrices

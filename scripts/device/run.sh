@@ -76,7 +76,7 @@ for exe in "$BUNDLE"/bin/test-*cuda_bench*; do
   # BENCH_FILTER (space-separated test names) runs only those benchmarks.
   # shellcheck disable=SC2086
   "$exe" --ignored --nocapture --test-threads=1 ${BENCH_FILTER:-} >"$log" 2>&1
-  mapfile -t lines < <(grep -E "^(gemv|gemm|attn|step|small|qkv|delta|prefetch)" "$log" | awk '!seen[$0]++')
+  mapfile -t lines < <(grep -E "^(gemv|gemm|attn|step|small|qkv|delta)" "$log" | awk '!seen[$0]++')
   bench_lines+=("${lines[@]}")
 done
 # Programmatic dependent launch A/B: the decode-step bench again with PDL off (the run above used

@@ -318,9 +318,8 @@ pub trait Backend: Send + Sync {
 
     /// The stacked gate|up projection and SwiGLU: `gate_up = x · Wᵀ` (`[n, 2d]`, a workspace
     /// the op may leave holding the projection) then `out = silu_mul_halves(gate_up)`
-    /// (`[n, d]`). The default is that composition; CUDA folds the SwiGLU into the decode GEMV's
-    /// tail (only with `POCKET_GEMV_TAIL=1`; by default the composition), and for one row of FP8 weights into
-    /// `gemv_fp8_silu_*` (`POCKET_GATE_UP_FUSED=0`: the composition).
+    /// (`[n, d]`). The default is that composition; CUDA folds the SwiGLU for one row of FP8
+    /// weights into `gemv_fp8_silu_*` (`POCKET_GATE_UP_FUSED=0`: the composition).
     fn matmul_silu_halves(
         &self,
         x: &Tensor,
@@ -334,8 +333,8 @@ pub trait Backend: Send + Sync {
 
     /// A projection followed by the residual add and RMSNorm: `delta = x · Wᵀ` (a workspace
     /// `[n, rows]`), then [`Backend::add_rms_norm`]`(residual, delta, norm_w, eps, normed)`.
-    /// The default is that composition; CUDA folds the norm into the decode GEMV's tail
-    /// (only with `POCKET_GEMV_TAIL=1`; by default the composition).
+    /// The default is that composition; CUDA folds the norm into one-row FP8 decode GEMVs
+    /// (cuda/rms_fold.rs, `POCKET_RMS_FOLD=0`: the composition).
     #[allow(clippy::too_many_arguments)]
     fn matmul_add_rms_norm(
         &self,

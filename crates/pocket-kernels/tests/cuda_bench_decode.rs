@@ -217,71 +217,6 @@ fn bench_decode_step_8b_pdl() {
     }
 }
 
-/// The GEMV tails A/B on the whole decode step (`set_gemv_tail`, as `POCKET_GEMV_TAIL`): the
-/// SwiGLU folded into the gate|up GEMV and the residual add + RMSNorm into the o and down GEMVs
-/// (three launches fewer per layer: silu_mul_halves_q8 and both add_rms_norm_q8) against
-/// the separate launches, as graphs, alternating the two settings over three rounds (best of
-/// each). Llama-3-8B with Q4_0, Q4_K and Q8_0 layers (Q6_K output) and SmolLM2-135M with Q4_0
-/// and Q8_0 (its 576 columns are no multiple of a K block).
-#[test]
-#[ignore = "GPU benchmark: run with --ignored on the device machine"]
-fn bench_decode_step_gemv_tail() {
-    let Some(be) = backend_or_skip() else {
-        return;
-    };
-    let smol = step::Shape {
-        hidden: 576,
-        heads: 9,
-        kv_heads: 3,
-        head_dim: 64,
-        ff: 1536,
-        vocab: 49152,
-        layers: 30,
-    };
-    let was = be.gemv_tail();
-    let mut lines = Vec::new();
-    for (name, shape, fmt, out_fmt) in [
-        ("8B", step::LLAMA3_8B, GgmlType::Q4_0, GgmlType::Q6_K),
-        ("8B", step::LLAMA3_8B, GgmlType::Q4_K, GgmlType::Q6_K),
-        ("8B", step::LLAMA3_8B, GgmlType::Q8_0, GgmlType::Q6_K),
-        // 576 columns are not a whole Q6_K super-block: SmolLM2's output head is Q8_0 here.
-        ("SmolLM2", smol, GgmlType::Q4_0, GgmlType::Q8_0),
-        ("SmolLM2", smol, GgmlType::Q8_0, GgmlType::Q8_0),
-    ] {
-        let mut st = step::Step::new(&be, shape, fmt, out_fmt, 128);
-        let mut graphs = Vec::new();
-        for on in [false, true] {
-            be.set_gemv_tail(on);
-            st.run(&be);
-            let g = capture(&be, || st.run(&be));
-            let (prog, edges) = g.edge_counts().unwrap();
-            println!("{name} {fmt:?} tail {on}: graph of {edges} edges, {prog} programmatic");
-            graphs.push(g);
-        }
-        let mut best = [f64::MAX; 2];
-        for _ in 0..3 {
-            for (i, g) in graphs.iter().enumerate() {
-                best[i] = best[i].min(time_ms(&be, 3, 30, |_| g.replay().unwrap()));
-            }
-        }
-        be.synchronize().unwrap();
-        lines.push(format!(
-            "step {name:7} {fmt:?}: tail off {:6.3} ms ({:6.1} tok/s), on {:6.3} ms ({:6.1} tok/s), {:+.1}% time, {:+.2} us/layer",
-            best[0],
-            1e3 / best[0],
-            best[1],
-            1e3 / best[1],
-            100.0 * (best[1] / best[0] - 1.0),
-            1e3 * (best[1] - best[0]) / shape.layers as f64
-        ));
-    }
-    be.set_gemv_tail(was);
-    println!("\n==== summary: decode step, GEMV tails A/B (graph replays) ====");
-    for l in lines {
-        println!("{l}");
-    }
-}
-
 /// The attention-input op (`qkv_rope_kv_write`, one launch) against the unfused sequence it
 /// replaces after a stacked QKV GEMV (`add_bias` with bias, `split_columns3`, `rope` x2,
 /// `kv_write_f32`), at the SmolLM2-135M (9/3 heads, hd 64), Qwen2.5-0.5B (14/2, hd 64, bias)
@@ -459,65 +394,6 @@ fn bench_small_decode_kernels() {
         println!("{}", lines.last().unwrap());
     }
     println!("\n==== summary: small decode kernels ({label}) ====");
-    for l in lines {
-        println!("{l}");
-    }
-}
-
-/// L2 prefetch A/B on the whole 8B decode step (`POCKET_L2_PREFETCH`, cuda/prefetch.rs): Q4_0
-/// and Q4_K layers (Q6_K output) and Q8_0, the prefetch off and on (budgets of 8, 16 and 32 MiB
-/// of the next weight) as CUDA graph replays, alternating the settings over three rounds (the
-/// best of each). Each setting runs one eager step first (the backend learns the GEMV order)
-/// and then captures. Look for: "on" graph times below "off", and programmatic edges kept.
-#[test]
-#[ignore = "GPU benchmark: run with --ignored on the device machine"]
-fn bench_decode_step_8b_l2_prefetch() {
-    let Some(be) = backend_or_skip() else {
-        return;
-    };
-    // The settings in force (POCKET_L2_PREFETCH, _MB), restored after the A/B.
-    let (before, before_budget) = (be.l2_prefetch(), be.l2_prefetch_budget());
-    let budgets = [0usize, 8, 16, 32];
-    let mut lines = Vec::new();
-    for (name, lf, of) in [
-        ("Q4_0", GgmlType::Q4_0, GgmlType::Q6_K),
-        ("Q4_K", GgmlType::Q4_K, GgmlType::Q6_K),
-        ("Q8_0", GgmlType::Q8_0, GgmlType::Q8_0),
-    ] {
-        let mut st = step::Step::new(&be, step::LLAMA3_8B, lf, of, 128);
-        let mut graphs = Vec::new();
-        for &mib in &budgets {
-            be.set_l2_prefetch(mib > 0);
-            be.set_l2_prefetch_budget(mib << 20);
-            st.run(&be);
-            let g = capture(&be, || st.run(&be));
-            let (prog, edges) = g.edge_counts().unwrap_or((0, 0));
-            println!("8B {name} prefetch {mib:2} MiB: graph of {edges} edges, {prog} programmatic");
-            graphs.push(g);
-        }
-        let mut best = vec![f64::MAX; budgets.len()];
-        for _ in 0..3 {
-            for (i, g) in graphs.iter().enumerate() {
-                best[i] = best[i].min(time_ms(&be, 3, 30, |_| g.replay().unwrap()));
-            }
-        }
-        for (i, &mib) in budgets.iter().enumerate() {
-            let line = format!(
-                "step 8B {name} L2 prefetch {:>6}: graph {:6.3} ms ({:6.1} tok/s, {:5.1}% of {ROOF_TBPS} TB/s) {:+.1}% vs off",
-                if mib == 0 { "off".to_string() } else { format!("{mib} MiB") },
-                best[i],
-                1e3 / best[i],
-                100.0 * st.weight_bytes as f64 / (best[i] * 1e-3) / 1e12 / ROOF_TBPS,
-                100.0 * (best[i] / best[0] - 1.0)
-            );
-            println!("{line}");
-            lines.push(line);
-        }
-    }
-    be.set_l2_prefetch(before);
-    be.set_l2_prefetch_budget(before_budget);
-    be.synchronize().unwrap();
-    println!("\n==== summary: decode step, L2 prefetch A/B ====");
     for l in lines {
         println!("{l}");
     }

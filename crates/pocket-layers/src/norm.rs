@@ -70,7 +70,8 @@ impl RmsNorm {
 
     /// `delta = proj(x); residual += delta; out = norm(residual)`: a projection and the norm
     /// after it in one op where the device folds the norm into the GEMV
-    /// ([`pocket_kernels::Backend::matmul_add_rms_norm`]; CUDA decode, `POCKET_GEMV_TAIL`).
+    /// ([`pocket_kernels::Backend::matmul_add_rms_norm`]; CUDA one-row FP8 decode,
+    /// `POCKET_RMS_FOLD`).
     /// A projection with a bias takes the separate ops.
     pub fn proj_add_forward(
         &self,

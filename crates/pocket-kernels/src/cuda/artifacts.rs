@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "e0f2ba4d0cdbd0058041729dcb01c7be6e11982e54ffb092c1db3797d46a445a";
+    "4341437586eb5f3d9ad982030140337481954d5a7e2468b74f9e27d1cf39b4d5";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,8 +26,6 @@ pub enum ModuleId {
     GemvFp8,
     /// `kernels/norm.cu`.
     Norm,
-    /// `kernels/prefetch.cu`.
-    Prefetch,
     /// `kernels/qkv_rope.cu`.
     QkvRope,
     /// `kernels/sample.cu`.
@@ -48,7 +46,6 @@ impl ModuleId {
         ModuleId::Gemv,
         ModuleId::GemvFp8,
         ModuleId::Norm,
-        ModuleId::Prefetch,
         ModuleId::QkvRope,
         ModuleId::Sample,
         ModuleId::Split,
@@ -66,7 +63,6 @@ impl ModuleId {
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
-            ModuleId::Prefetch => "prefetch",
             ModuleId::QkvRope => "qkv_rope",
             ModuleId::Sample => "sample",
             ModuleId::Split => "split",
@@ -85,7 +81,6 @@ impl ModuleId {
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
-            ModuleId::Prefetch => include_str!("../../ptx/prefetch.ptx"),
             ModuleId::QkvRope => include_str!("../../ptx/qkv_rope.ptx"),
             ModuleId::Sample => include_str!("../../ptx/sample.ptx"),
             ModuleId::Split => include_str!("../../ptx/split.ptx"),
@@ -104,7 +99,6 @@ impl ModuleId {
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
-            ModuleId::Prefetch => include_bytes!("../../ptx/prefetch.sm90.cubin"),
             ModuleId::QkvRope => include_bytes!("../../ptx/qkv_rope.sm90.cubin"),
             ModuleId::Sample => include_bytes!("../../ptx/sample.sm90.cubin"),
             ModuleId::Split => include_bytes!("../../ptx/split.sm90.cubin"),

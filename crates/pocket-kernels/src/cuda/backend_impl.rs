@@ -199,9 +199,7 @@ impl Backend for CudaBackend {
         self.ctx
             .bind_to_thread()
             .map_err(|e| cuda_err("synchronize", e))?;
-        // The L2 prefetches on the side stream too (cuda/prefetch.rs), and a pending folded
-        // norm (cuda/rms_fold.rs) so everything queued is done.
-        self.l2_prefetch_join()?;
+        // A pending folded norm (cuda/rms_fold.rs) runs first, so everything queued is done.
         super::rms_fold::flush(self)?;
         self.stream
             .synchronize()
@@ -471,11 +469,10 @@ impl Backend for CudaBackend {
         if super::gemv_fp8::gate_up_fused_applies(x, w) {
             super::gemv_fp8::gate_up_silu(self, x, w, out, None)?;
         } else {
-            super::gemv_tail::matmul_silu_halves(self, x, w, gate_up, out)?;
+            self.matmul(x, w, gate_up)?;
+            self.silu_mul_halves(gate_up, out)?;
         }
-        // The L2 prefetch of the next decode GEMV's weight (cuda/prefetch.rs; a no-op where the
-        // op fell back to `matmul`, which forked it already).
-        self.after_decode_gemv(w, x.rows())
+        Ok(())
     }
 
     fn matmul_add_rms_norm(
@@ -490,12 +487,10 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         // One row of FP8 weights: the norm folded into this GEMV and the next (cuda/rms_fold.rs).
         if !super::rms_fold::produce(self, x, w, delta, residual, norm_w, eps, normed)? {
-            super::gemv_tail::matmul_add_rms_norm(
-                self, x, w, delta, residual, norm_w, eps, normed,
-            )?;
+            self.matmul(x, w, delta)?;
+            self.add_rms_norm(residual, delta, norm_w, eps, normed)?;
         }
-        // As in `matmul_silu_halves`.
-        self.after_decode_gemv(w, x.rows())
+        Ok(())
     }
 
     fn qkv_norm_rope_kv_write(

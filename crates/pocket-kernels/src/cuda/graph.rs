@@ -51,8 +51,6 @@ impl CudaBackend {
         self.invalidate_q8();
         // An eager op's pending folded norm runs now, not inside the graph.
         super::rms_fold::flush(self)?;
-        // Eager L2 prefetches still in flight on the side stream stay out of the capture.
-        self.l2_prefetch_join()?;
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_err("begin_capture", e))?;
@@ -66,13 +64,10 @@ impl CudaBackend {
         // A folded norm still pending is part of the captured step (a failure here still ends
         // the capture below).
         let flushed = super::rms_fold::flush(self);
-        // Every stream the capture forked (the L2 prefetch's side stream) must rejoin it.
-        let joined = self.l2_prefetch_join();
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         // Closed whatever the outcome; without a graph nothing captured will run, so the blocks
         // freed meanwhile go straight back to the cache when `freed` drops.
         let freed = self.pool.end_capture();
-        joined?;
         flushed?;
         let g = ended
             .map_err(|e| cuda_err("end_capture", e))?

@@ -271,10 +271,6 @@ pub enum Kernel {
     Argmax,
     /// Device sampling (greedy or temperature / top-k / top-p / min-p), one block per row.
     SampleRows,
-    /// Brings a byte range into L2 (`kernels/prefetch.cu`; the next decode GEMV's weight).
-    PrefetchL2,
-    /// Busy-waits one thread for a time (benchmarks' stand-in for the small kernels).
-    SpinNs,
     QuantizeQ8,
     AttnCombine,
     KvWrite(CacheType),
@@ -303,10 +299,6 @@ pub enum Kernel {
     GemvQ8Warp(Q8Gemv),
     /// One activation row, one weight row per 128-thread block (small matrices).
     GemvQ8Row1(Q8Gemv),
-    /// [`Kernel::GemvQ8Rows`] (`false`) or [`Kernel::GemvQ8Row1`] (`true`) with a tail
-    /// (kernels/gemv_tail.cuh): SwiGLU + int8 quantization, or (`GemvTail::Norm`) residual add +
-    /// RMSNorm + int8 quantization.
-    GemvQ8Tail(Q8Gemv, bool, super::gemv_tail::GemvTail),
     /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
     Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
@@ -404,8 +396,6 @@ impl Kernel {
             Kernel::ActQ8KF16 => (M::Elementwise, "act_q8k_f16"),
             Kernel::Argmax => (M::Argmax, "argmax_rows"),
             Kernel::SampleRows => (M::Sample, "sample_rows"),
-            Kernel::PrefetchL2 => (M::Prefetch, "prefetch_l2"),
-            Kernel::SpinNs => (M::Prefetch, "spin_ns"),
             Kernel::QuantizeQ8 => (M::Gemv, "quantize_q8"),
             Kernel::AttnCombine => (M::Attention, "attn_combine"),
             Kernel::KvWrite(c) => (
@@ -449,7 +439,6 @@ impl Kernel {
             Kernel::GemvQ8Rows64(f) => (M::Gemv, q8_table!(f, "gemv_q8r64_", "")),
             Kernel::GemvQ8Warp(f) => (M::Gemv, q8_table!(f, "gemv_q8w_", "")),
             Kernel::GemvQ8Row1(f) => (M::Gemv, q8_table!(f, "gemv_q8r1_", "")),
-            Kernel::GemvQ8Tail(f, row1, t) => (M::Gemv, super::gemv_tail::symbol(f, row1, t)),
             Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),

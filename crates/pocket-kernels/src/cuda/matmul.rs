@@ -122,13 +122,6 @@ pub(crate) fn check_matmul_shapes(
 }
 
 pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
-    matmul_any(be, x, w, out)?;
-    // After a decode GEMV, the L2 prefetch of the next one's weight (cuda/prefetch.rs; off
-    // unless POCKET_L2_PREFETCH=1).
-    be.after_decode_gemv(w, x.rows())
-}
-
-fn matmul_any(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor) -> Result<()> {
     const OP: &str = "matmul";
     if let Some(kind) = super::matmul_fp8::Fp8Kind::of(w.format) {
         return super::matmul_fp8::matmul(be, kind, x, w, out);
@@ -388,7 +381,7 @@ impl Q8Bufs {
 
 /// Quantizes `m` rows of `cols` at `x` into both kinds (Q8K only where `cols` is a multiple of
 /// 256: the K formats need no other width).
-pub(crate) fn quantize_act(
+fn quantize_act(
     be: &CudaBackend,
     op: &'static str,
     x: u64,

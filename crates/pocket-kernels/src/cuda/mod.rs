@@ -27,14 +27,12 @@ mod backend_impl;
 mod cublas;
 mod gemv_fp8;
 mod gemv_q8;
-mod gemv_tail;
 pub mod graph;
 pub mod kernels;
 mod matmul;
 mod matmul_fp8;
 pub mod memory;
 mod ops;
-mod prefetch;
 mod qkv_rope;
 mod recurrent;
 mod repack;
@@ -71,11 +69,6 @@ pub(crate) struct Scratch {
     pub w16: Option<CudaStorage>,
     /// f16 activations for the cuBLAS prefill GEMM.
     pub x16: Option<CudaStorage>,
-    /// The GEMV tails' completion counters (zeroed once; every tail leaves them zero).
-    pub tail_counters: Option<CudaStorage>,
-    /// The second q8 workspace the SwiGLU tail writes while the GEMV still reads `q8`; the two
-    /// are swapped after the launch (cuda/gemv_tail.rs).
-    pub q8_alt: Option<CudaStorage>,
     /// The fused DeltaNet decode's per-(key head, sequence) arrival counters (zeroed once; every
     /// launch leaves them zero; cuda/recurrent/decode.rs).
     pub deltanet_counters: Option<CudaStorage>,
@@ -127,8 +120,6 @@ pub struct CudaBackend {
     /// no `griddepcontrol.wait` (pdl_wait() compiles to nothing below sm_90), so launching it
     /// with the attribute would let a kernel read its predecessor's output early.
     pdl_supported: bool,
-    /// The L2 prefetch of the next decode GEMV's weight on a side stream (`prefetch`).
-    l2: prefetch::L2Prefetch,
     /// A folded norm whose output is not written yet (`rms_fold`).
     rms_fold: Mutex<Option<rms_fold::PendingFold>>,
 }
@@ -262,7 +253,6 @@ impl CudaBackend {
             ),
             pdl: std::sync::atomic::AtomicBool::new(pdl_supported && pdl_from_env()),
             pdl_supported,
-            l2: prefetch::L2Prefetch::from_env(),
             rms_fold: Mutex::new(None),
         })
     }

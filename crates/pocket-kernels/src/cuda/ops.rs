@@ -97,7 +97,7 @@ pub(crate) fn rms_norm(
 
 /// Whether decode-sized norms and silu_mul write their output's int8 quantization (unless
 /// `POCKET_NORM_Q8=0`).
-pub(crate) fn norm_q8_on() -> bool {
+fn norm_q8_on() -> bool {
     static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_NORM_Q8");
     ON.on()
 }
@@ -150,7 +150,7 @@ const NORM_CH: usize = 2;
 /// Block size and `fast` flag of `rms_norm_q8` / `add_rms_norm_q8` for rows of `d` (a multiple
 /// of 32): the one-pass path (one warp per 256 elements, 16-byte loads) where the row fits
 /// 32 warps of `NORM_CH` chunks and every pointer is 16-byte aligned, else the strided one.
-pub(crate) fn norm_q8_block(d: usize, ptrs: &[u64]) -> (u32, i32) {
+fn norm_q8_block(d: usize, ptrs: &[u64]) -> (u32, i32) {
     let chunks = d.div_ceil(256);
     if small_kernels_legacy() || chunks > 32 * NORM_CH || ptrs.iter().any(|p| p % 16 != 0) {
         return (norm_threads(d), 0);

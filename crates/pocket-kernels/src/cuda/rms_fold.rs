@@ -13,7 +13,6 @@
 //! `POCKET_RMS_FOLD=0` keeps the unfused GEMV + `add_rms_norm` (A/B).
 
 use super::gemv_fp8::Fp8Row1;
-use super::gemv_tail::overlaps;
 use super::kernels::Kernel;
 use super::matmul_fp8::Fp8Kind;
 use super::switch::EnvChoice;
@@ -24,6 +23,11 @@ use crate::{DType, Result, Tensor, Weight};
 /// `POCKET_RMS_FOLD=0` turns the fold off; [`CudaBackend::set_rms_fold`] overrides it.
 static FOLD: EnvChoice<bool> =
     EnvChoice::new("POCKET_RMS_FOLD", &[false, true], |v| v != Some("0"));
+
+/// Whether the device ranges `[a, a + a_bytes)` and `[b, b + b_bytes)` overlap.
+fn overlaps(a: u64, a_bytes: usize, b: u64, b_bytes: usize) -> bool {
+    a < b + b_bytes as u64 && b < a + a_bytes as u64
+}
 
 /// Longest normalized row the fold scratch holds (f32 elements of x * g).
 const MAX_DIM: usize = 64 * 1024;

@@ -92,37 +92,6 @@ impl<T: Copy + PartialEq + 'static> EnvChoice<T> {
     }
 }
 
-/// A number named by an environment variable (a byte budget, a block count), read on first use.
-pub(crate) struct EnvNumber {
-    name: &'static str,
-    default: usize,
-    value: OnceLock<usize>,
-}
-
-impl EnvNumber {
-    /// `default` unless the variable holds an unsigned integer.
-    pub(crate) const fn new(name: &'static str, default: usize) -> Self {
-        EnvNumber {
-            name,
-            default,
-            value: OnceLock::new(),
-        }
-    }
-
-    /// The number (the environment is read on the first call only).
-    pub(crate) fn get(&self) -> usize {
-        *self.value.get_or_init(|| {
-            let v = std::env::var(self.name).ok();
-            parse_number(v.as_deref(), self.default)
-        })
-    }
-}
-
-/// The value of a number whose variable holds `v`: unset or not an unsigned integer, the default.
-fn parse_number(v: Option<&str>, default: usize) -> usize {
-    v.and_then(|v| v.trim().parse().ok()).unwrap_or(default)
-}
-
 /// The value of a switch whose variable holds `v` (unset: the default).
 fn parse(v: Option<&str>, default_on: bool) -> bool {
     match v {
@@ -134,7 +103,7 @@ fn parse(v: Option<&str>, default_on: bool) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse, parse_number, EnvChoice};
+    use super::{parse, EnvChoice};
 
     #[test]
     fn a_choice_is_the_environments_until_overridden_and_back_after() {
@@ -149,15 +118,6 @@ mod tests {
         C.set(Some(3));
         C.set(None);
         assert_eq!(C.get(), 2);
-    }
-
-    #[test]
-    fn a_number_is_the_default_unless_the_variable_holds_one() {
-        assert_eq!(parse_number(None, 16), 16);
-        assert_eq!(parse_number(Some("4"), 16), 4);
-        assert_eq!(parse_number(Some(" 0 "), 16), 0);
-        assert_eq!(parse_number(Some("-1"), 16), 16);
-        assert_eq!(parse_number(Some("lots"), 16), 16);
     }
 
     #[test]

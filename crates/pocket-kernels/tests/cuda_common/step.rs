@@ -359,8 +359,8 @@ impl Step {
             )
             .unwrap();
             self.att.reshape(&[1, s.heads * s.head_dim]).unwrap();
-            // The projections with the op after them: one launch each where the backend folds
-            // it into the GEMV (CUDA, `POCKET_GEMV_TAIL`), else the two ops.
+            // The projections with the op after them, as the models call them: the backend may
+            // fold the op into the GEMV (CUDA one-row FP8), else it runs the two ops.
             be.matmul_add_rms_norm(
                 &self.att,
                 &l.wo,
