@@ -3,10 +3,10 @@
 //! `cpu/deltanet.rs` and `cpu/delta_rule.rs`, CUDA in `kernels/deltanet.cu`), so any error fails.
 #![allow(clippy::needless_range_loop)]
 
-use pocket_kernels::{DeltaRuleParams, Device, HeadGrouping, KernelError, RecurrentMeta, Result};
+use pocket_kernels::{DeltaRuleParams, Device, HeadGrouping, KernelError, Result};
 
 mod ops_support;
-use ops_support::{read, up, Rng};
+use ops_support::{meta, read, up, Rng};
 
 /// Fails the test, naming the device, when an op returns an error.
 fn ran(d: &Device, r: Result<()>) {
@@ -22,21 +22,6 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64) {
             (g as f64 - w).abs() <= atol * (1.0 + w.abs()),
             "{what}[{i}]: got {g}, want {w}"
         );
-    }
-}
-
-/// Metadata for sequences of `lens` rows at `slots`, `has` flags.
-fn meta(d: &Device, lens: &[usize], slots: &[u32], has: &[u32]) -> RecurrentMeta {
-    let mut qs = vec![0u32];
-    for l in lens {
-        qs.push(qs.last().unwrap() + *l as u32);
-    }
-    RecurrentMeta {
-        query_start: d.upload_u32(&qs, &[qs.len()]).unwrap(),
-        state_slots: d.upload_u32(slots, &[slots.len()]).unwrap(),
-        has_state: d.upload_u32(has, &[has.len()]).unwrap(),
-        num_seqs: lens.len(),
-        max_rows: lens.iter().copied().max().unwrap_or(0),
     }
 }
 

@@ -2,28 +2,13 @@
 //! the generator, the recurrent batch metadata, one device's copy of a layer and the CUDA-vs-CPU
 //! bound.
 
-use pocket_kernels::{Device, RecurrentMeta, Tensor};
+use pocket_kernels::{Device, Tensor};
 
 #[path = "../ops_support/mod.rs"]
 mod ops_support;
-/// The op tests' deterministic generator (xorshift64*), values in [-1, 1).
-pub use ops_support::Rng;
-
-/// Recurrent metadata on `d` for sequences of `lens` rows in state `slots` (`has`: 1 = continue
-/// from the stored state).
-pub fn meta(d: &Device, lens: &[usize], slots: &[u32], has: &[u32]) -> RecurrentMeta {
-    let mut qs = vec![0u32];
-    for l in lens {
-        qs.push(qs.last().unwrap() + *l as u32);
-    }
-    RecurrentMeta {
-        query_start: d.upload_u32(&qs, &[qs.len()]).unwrap(),
-        state_slots: d.upload_u32(slots, &[slots.len()]).unwrap(),
-        has_state: d.upload_u32(has, &[has.len()]).unwrap(),
-        num_seqs: lens.len(),
-        max_rows: lens.iter().copied().max().unwrap_or(0),
-    }
-}
+/// The op tests' deterministic generator (xorshift64*), values in [-1, 1), and the recurrent
+/// batch metadata.
+pub use ops_support::{meta, Rng};
 
 /// One device's copy of a layer's weights and state pools.
 pub struct Layer {

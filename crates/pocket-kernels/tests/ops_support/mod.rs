@@ -2,7 +2,7 @@
 //! tolerance check that names the worst element.
 #![allow(dead_code)]
 
-use pocket_kernels::{Device, Tensor};
+use pocket_kernels::{Device, RecurrentMeta, Tensor};
 
 /// A small deterministic generator (xorshift64*), so tests need no extra crates.
 pub struct Rng(u64);
@@ -62,4 +62,20 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64, rtol: f64)
         got[i],
         want[i]
     );
+}
+
+/// Recurrent (Gated DeltaNet) metadata on `d` for sequences of `lens` rows in state `slots`
+/// (`has`: 1 = continue from the stored state).
+pub fn meta(d: &Device, lens: &[usize], slots: &[u32], has: &[u32]) -> RecurrentMeta {
+    let mut qs = vec![0u32];
+    for l in lens {
+        qs.push(qs.last().unwrap() + *l as u32);
+    }
+    RecurrentMeta {
+        query_start: d.upload_u32(&qs, &[qs.len()]).unwrap(),
+        state_slots: d.upload_u32(slots, &[slots.len()]).unwrap(),
+        has_state: d.upload_u32(has, &[has.len()]).unwrap(),
+        num_seqs: lens.len(),
+        max_rows: lens.iter().copied().max().unwrap_or(0),
+    }
 }
