@@ -28,7 +28,14 @@
 //    the GEMM's alpha, the raw codes are exact in f16). One thread per 16 bytes;
 //    grid ceil(nr * cols / 16 / 256), block 256.
 //
-// All need cols % 16 == 0 (16-byte aligned rows); the upload refuses other widths.
+// All need cols % 16 == 0 (16-byte aligned rows); the upload refuses other widths. The codes of
+// each whole 128-column tile are in tile-lane order on the device (see fp8_lanes below); every
+// kernel here reads them through x4_index.
+//
+// Programmatic dependent launch: the one-row kernels load their first step of weights before
+// pdl_wait(); they let the next kernel launch right after it where the host's pdl_early mask
+// says so (common.cuh; by default where the launch's grid fits in one wave at MINB blocks per
+// SM), else after their main loop.
 //
 // Decoding (exact: every E4M3 and E5M2 value is an f16, and every f16 an f32), about 1.5
 // instructions per code before the FMA:

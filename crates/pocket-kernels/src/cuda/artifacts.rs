@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "4341437586eb5f3d9ad982030140337481954d5a7e2468b74f9e27d1cf39b4d5";
+    "a146076c9c152b0c245ae041b4c901906b5505bc3fa97e8658ff423229bd421c";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
