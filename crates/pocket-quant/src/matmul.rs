@@ -17,6 +17,8 @@ mod pool;
 mod tile;
 #[cfg(target_arch = "x86_64")]
 mod tile_k;
+#[cfg(target_arch = "x86_64")]
+mod tile_legacy;
 
 /// A raw output pointer shared by the rayon tasks of one matmul; each task writes only the
 /// columns of its own weight-row range.
