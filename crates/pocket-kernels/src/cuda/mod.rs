@@ -182,10 +182,17 @@ impl PdlEarly {
     }
 }
 
-/// PDL where supported unless `POCKET_PDL=0`.
-fn pdl_from_env() -> bool {
-    std::env::var("POCKET_PDL").map_or(true, |v| v != "0")
-}
+/// `POCKET_PDL=0`: a backend opens with programmatic dependent launch off (else on where
+/// supported; [`CudaBackend::set_pdl`] changes it later).
+static PDL_ENV: switch::EnvSwitch = switch::EnvSwitch::on_unless_zero("POCKET_PDL");
+/// `POCKET_GEMV=fused`: a backend opens with the fused quantize-and-GEMV variant on (measured
+/// slower on the H200, docs/performance/cuda-kernels.md, run 5: off unless asked for).
+static GEMV_FUSED_ENV: switch::EnvChoice<bool> =
+    switch::EnvChoice::new("POCKET_GEMV", &[false, true], |v| v == Some("fused"));
+/// `POCKET_PREFILL=exact`: a backend opens with the exact (f32) prefill GEMMs
+/// ([`crate::Backend::set_exact_prefill`]).
+static PREFILL_EXACT_ENV: switch::EnvChoice<bool> =
+    switch::EnvChoice::new("POCKET_PREFILL", &[false, true], |v| v == Some("exact"));
 
 impl CudaBackend {
     /// Opens GPU `ordinal`: fails with [`KernelError::Unavailable`] where there is no driver, no
@@ -242,16 +249,10 @@ impl CudaBackend {
             cc,
             sm_count,
             sync_each: SYNC_EACH.on(),
-            // The fused variant measured slower on the H200 (docs/performance/cuda-kernels.md,
-            // run 5): off unless asked for.
             q8_cache: Mutex::new(None),
-            fused_gemv: std::sync::atomic::AtomicBool::new(
-                std::env::var("POCKET_GEMV").is_ok_and(|v| v == "fused"),
-            ),
-            exact_prefill: std::sync::atomic::AtomicBool::new(
-                std::env::var("POCKET_PREFILL").is_ok_and(|v| v == "exact"),
-            ),
-            pdl: std::sync::atomic::AtomicBool::new(pdl_supported && pdl_from_env()),
+            fused_gemv: std::sync::atomic::AtomicBool::new(GEMV_FUSED_ENV.get()),
+            exact_prefill: std::sync::atomic::AtomicBool::new(PREFILL_EXACT_ENV.get()),
+            pdl: std::sync::atomic::AtomicBool::new(pdl_supported && PDL_ENV.on()),
             pdl_supported,
             rms_fold: Mutex::new(None),
         })
