@@ -29,34 +29,18 @@
 //    grid ceil(nr * cols / 16 / 256), block 256.
 //
 // All need cols % 16 == 0 (16-byte aligned rows); the upload refuses other widths. The codes of
-// each whole 128-column tile are in tile-lane order on the device (see fp8_lanes below); every
-// kernel here reads them through x4_index.
+// each whole 128-column tile are in tile-lane order on the device (fp8_row.cuh `fp8_lanes`);
+// every kernel here reads them through x4_index. Decoding: fp8_row.cuh.
 //
 // Programmatic dependent launch: the one-row kernels load their first step of weights before
 // pdl_wait(); they let the next kernel launch right after it where the host's pdl_early mask
 // says so (common.cuh; by default where the launch's grid fits in one wave at MINB blocks per
 // SM), else after their main loop.
-//
-// Decoding (exact: every E4M3 and E5M2 value is an f16, and every f16 an f32), about 1.5
-// instructions per code before the FMA:
-//  * E4M3 on sm_89+ (the sm_90 cubin): `cvt.rn.f16x2.e4m3x2`, one instruction per 2 codes, then
-//    one f16 -> f32 conversion per code.
-//  * E5M2 everywhere: a code is the top byte of the f16 of the same value, so one byte_perm per
-//    2 codes makes an f16 pair, then one conversion per code.
-//  * E4M3 in the compute_75 PTX (and the `_bits` kernels): a bit trick, no table: the 7
-//    magnitude bits placed at the top of an f32's exponent/mantissa fields (exponent 0000eeee,
-//    mantissa mmm0...) are the same number with exponent bias 127 instead of 7, so one multiply
-//    by 2^120 fixes the bias; subnormal codes land on f32 subnormals and the multiply makes them
-//    exact normals (no flush: these files build without -ftz). The bits are assembled four codes
-//    at a time (two shifts and masks for 4 codes, one byte_perm per 2 codes making a bf16 pair,
-//    one shift or mask each to unpack): about 3.5 instructions per code with the multiply, which
-//    made the one-row GEMV issue-bound next to HBM on the H200 (53-72% of the copy bandwidth).
-//    It maps E4M3's NaN (0x7f/0xff) to ±480 and E5M2's inf/NaN to finite values, the f16 paths
-//    keep them non-finite: checkpoints hold no such weights.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "common.cuh"
+#include "fp8_row.cuh"
 #include "gate_math.cuh"
 #include "rms_fold.cuh"
 
@@ -65,205 +49,6 @@
 // Floats per 16-column group of the shared activation tile: 16 plus 4 of padding, so the 8 lanes
 // of a quarter-warp reading 16-byte pieces of groups lane*20 hit 8 distinct 4-bank groups.
 #define FP8_XPAD 20
-
-// Four codes of `v` (byte k = code k) -> f[k] = code * 2^-120 (E4M3) or 2^-112 (E5M2), exactly.
-template <int E5M2>
-__device__ __forceinline__ void decode4_raw(uint32_t v, float* f) {
-    uint32_t hi, lo;
-    if (E5M2) {
-        // s eeeee mm -> f32 top 16 bits: s 000 e4e3e2e1 | e0 m1 m0 00000
-        hi = (v & 0x80808080u) | ((v >> 3) & 0x0f0f0f0fu);
-        lo = (v << 5) & 0xe0e0e0e0u;
-    } else {
-        // s eeee mmm -> f32 top 16 bits: s 0000 e3e2e1 | e0 m2m1m0 0000
-        hi = (v & 0x80808080u) | ((v >> 4) & 0x07070707u);
-        lo = (v << 4) & 0xf0f0f0f0u;
-    }
-    const uint32_t p01 = __byte_perm(lo, hi, 0x5140);  // [hi1 lo1 hi0 lo0]
-    const uint32_t p23 = __byte_perm(lo, hi, 0x7362);  // [hi3 lo3 hi2 lo2]
-    f[0] = __uint_as_float(p01 << 16);
-    f[1] = __uint_as_float(p01 & 0xffff0000u);
-    f[2] = __uint_as_float(p23 << 16);
-    f[3] = __uint_as_float(p23 & 0xffff0000u);
-}
-
-
-// Two f16 packed in a word (element 0 low) -> f32, exactly.
-__device__ __forceinline__ void h2x2_f32(uint32_t h, float* f) {
-    f[0] = __half2float(__ushort_as_half((unsigned short)(h & 0xffffu)));
-    f[1] = __half2float(__ushort_as_half((unsigned short)(h >> 16)));
-}
-
-// Four codes of `v` (byte k = code k) -> their exact values f[0..4). DEC 1: through f16 (see the
-// top of the file); DEC 0: the bit trick.
-template <int E5M2, int DEC>
-__device__ __forceinline__ void decode4(uint32_t v, float* f) {
-    if (DEC == 1 && E5M2) {
-        // byte_perm picks [0, b0, 0, b1] and [0, b2, 0, b3] (low byte first): f16 pairs.
-        h2x2_f32(__byte_perm(v, 0u, 0x1404), f);
-        h2x2_f32(__byte_perm(v, 0u, 0x3424), f + 2);
-        return;
-    }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if (DEC == 1) {
-        uint32_t h01, h23;
-        asm("{.reg .b16 lo, hi;\n\t"
-            "mov.b32 {lo, hi}, %2;\n\t"
-            "cvt.rn.f16x2.e4m3x2 %0, lo;\n\t"
-            "cvt.rn.f16x2.e4m3x2 %1, hi;}"
-            : "=r"(h01), "=r"(h23)
-            : "r"(v));
-        h2x2_f32(h01, f);
-        h2x2_f32(h23, f + 2);
-        return;
-    }
-#endif
-    const float bias = E5M2 ? 0x1p112f : 0x1p120f;
-    decode4_raw<E5M2>(v, f);
-#pragma unroll
-    for (int k = 0; k < 4; k++) f[k] *= bias;
-}
-
-// 16 codes -> their exact values.
-template <int E5M2, int DEC = 1>
-__device__ __forceinline__ void decode16(uint4 q, float* f) {
-    decode4<E5M2, DEC>(q.x, f);
-    decode4<E5M2, DEC>(q.y, f + 4);
-    decode4<E5M2, DEC>(q.z, f + 8);
-    decode4<E5M2, DEC>(q.w, f + 12);
-}
-
-// 16 bytes of a weight row, read-only and not kept in L1 (streamed once per launch).
-__device__ __forceinline__ uint4 ld_stream16(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-// Tile-lane order (`fp8_lanes`, set by the host at open with the upload's choice,
-// cuda/matmul_fp8.rs): within every whole 128-column tile of a row, 16-byte chunk k (k = 0..7)
-// holds the codes of columns 4k + 32i + m (i, m = 0..3; byte 4i + m), not 16k..16k+15. The
-// activation a chunk multiplies is then four float4 at x[4k + 32i], and the eight lanes reading
-// one tile's chunks read 128 contiguous bytes per load: each x load of a warp touches four
-// 128-byte lines, where the row-major order's 64-byte lane stride touched sixteen half-used ones
-// (Nsight, session 6: a third of the one-row GEMV's L1 sectors were such waste). A partial last
-// tile keeps the row-major order. 0 = the checkpoint's row-major order everywhere.
-__constant__ int fp8_lanes;
-
-// Chunks of a row in tile-lane order: those of its whole tiles (0 in row-major order).
-__device__ __forceinline__ int fp8_lane_chunks(int nch) { return fp8_lanes ? (nch & ~7) : 0; }
-
-// Index (in float4) of the i-th float4 of activation chunk c's 16 values (see fp8_lanes; c below
-// nlane is in tile-lane order).
-__device__ __forceinline__ int x4_index(int c, int i, int nlane) {
-    return c < nlane ? 32 * (c >> 3) + (c & 7) + 8 * i : 4 * c + i;
-}
-
-// The 16 activation values chunk c multiplies, in its byte order (through L1: every row group of
-// the SM reads the same activation row).
-__device__ __forceinline__ void load_x16(const float* __restrict__ x, int c, int nlane,
-                                         float* xv) {
-    const float4* xp = reinterpret_cast<const float4*>(x);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float4 t = __ldg(xp + x4_index(c, i, nlane));
-        xv[4 * i] = t.x;
-        xv[4 * i + 1] = t.y;
-        xv[4 * i + 2] = t.z;
-        xv[4 * i + 3] = t.w;
-    }
-}
-
-// Σ code value x xv over one 16-byte chunk, in column order (f32).
-template <int E5M2, int DEC>
-__device__ __forceinline__ float dot16(uint4 q, const float* xv) {
-    float wf[16];
-    decode16<E5M2, DEC>(q, wf);
-    float d = 0.f;
-#pragma unroll
-    for (int k = 0; k < 16; k++) d = fmaf(wf[k], xv[k], d);
-    return d;
-}
-
-// ---- one activation row: one template for every variant ------------------------------------
-// Each warp owns R consecutive weight rows and splits their columns: lane t takes 16-byte
-// chunks t, t + 32, t + 64, ... Each step a thread holds U chunks of each of its R rows in
-// registers (U x R independent 16-byte loads); as it finishes a chunk, it issues the load of the
-// same slot of the next step into the freed registers, so U x R loads stay in flight while it
-// computes (decode is bound by HBM latency x bytes in flight). Weights bypass L1
-// (ld.global.nc.L1::no_allocate) so the activation row, which every group on an SM reads, stays
-// there. R divides 128 and groups start at multiples of R, so a group's rows share one 128-row
-// tile and each chunk needs one tile scale, loaded with its weights. Sums: f32, 16 products per
-// chunk in column order, then one tile-scale FMA per chunk; warp sums by shuffles.
-// The first step's weights are loaded before pdl_wait() (no kernel of the step writes them).
-#define FP8R_THREADS 128
-
-// The main loop of every one-row kernel: lane `gt` of a warp accumulates the dot of x with NR
-// weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced over the warp). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
-// row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
-// gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
-// after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh).
-template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, class AfterWait>
-__device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
-                                                const float* const (&srow)[NS],
-                                                const float* __restrict__ x, int nch, int gt,
-                                                float (&acc)[NR], AfterWait after_wait) {
-    static_assert(NR % NS == 0, "equal scale sets");
-    constexpr int T = 32;        // lanes splitting the columns
-    constexpr int STEP = T * U;  // chunks per row per step
-    constexpr int PER = NR / NS;
-    const int nlane = fp8_lane_chunks(nch);
-#pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.f;
-    uint4 q[U][NR];
-    float s[U][NS];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int c = gt + T * u;
-#pragma unroll
-        for (int k = 0; k < NS; k++) s[u][k] = 1.f;
-#pragma unroll
-        for (int r = 0; r < NR; r++) q[u][r] = make_uint4(0u, 0u, 0u, 0u);
-        if (c < nch) {
-#pragma unroll
-            for (int r = 0; r < NR; r++) q[u][r] = ld_stream16(wr[r] + c);
-            if (TILED) {
-#pragma unroll
-                for (int k = 0; k < NS; k++) s[u][k] = __ldg(srow[k] + (c >> 3));
-            }
-        }
-    }
-    // The activation is the previous kernel's output: read it only after the wait.
-    pdl_wait();
-    pdl_trigger_early<MINB>();
-    after_wait();
-    for (int c0 = gt; c0 < nch; c0 += STEP) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + T * u;
-            if (c >= nch) break;  // and so is every later chunk of this thread
-            float xv[16];
-            load_x16(x, c, nlane, xv);
-#pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const float d = dot16<E5M2, DEC>(q[u][r], xv);
-                acc[r] = TILED ? fmaf(d, s[u][r / PER], acc[r]) : acc[r] + d;
-            }
-            // This slot of the next step, into the registers just read.
-            const int cn = c + STEP;
-            if (cn < nch) {
-#pragma unroll
-                for (int r = 0; r < NR; r++) q[u][r] = ld_stream16(wr[r] + cn);
-                if (TILED) {
-#pragma unroll
-                    for (int k = 0; k < NS; k++) s[u][k] = __ldg(srow[k] + (cn >> 3));
-                }
-            }
-        }
-    }
-}
 
 template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "a146076c9c152b0c245ae041b4c901906b5505bc3fa97e8658ff423229bd421c";
+    "05375cc88c6dabf58563c062107b3c9dbf670068cb5191d5417db183da49aa37";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
