@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "05375cc88c6dabf58563c062107b3c9dbf670068cb5191d5417db183da49aa37";
+    "6b473900ede10320c1be9414c8866fe0e92edb092c95a6ec137421f7977d0943";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +26,8 @@ pub enum ModuleId {
     GemvFp8,
     /// `kernels/norm.cu`.
     Norm,
+    /// `kernels/persist_probe.cu`.
+    PersistProbe,
     /// `kernels/qkv_rope.cu`.
     QkvRope,
     /// `kernels/sample.cu`.
@@ -46,6 +48,7 @@ impl ModuleId {
         ModuleId::Gemv,
         ModuleId::GemvFp8,
         ModuleId::Norm,
+        ModuleId::PersistProbe,
         ModuleId::QkvRope,
         ModuleId::Sample,
         ModuleId::Split,
@@ -63,6 +66,7 @@ impl ModuleId {
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
             ModuleId::Norm => "norm",
+            ModuleId::PersistProbe => "persist_probe",
             ModuleId::QkvRope => "qkv_rope",
             ModuleId::Sample => "sample",
             ModuleId::Split => "split",
@@ -81,6 +85,7 @@ impl ModuleId {
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
+            ModuleId::PersistProbe => include_str!("../../ptx/persist_probe.ptx"),
             ModuleId::QkvRope => include_str!("../../ptx/qkv_rope.ptx"),
             ModuleId::Sample => include_str!("../../ptx/sample.ptx"),
             ModuleId::Split => include_str!("../../ptx/split.ptx"),
@@ -99,6 +104,7 @@ impl ModuleId {
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
+            ModuleId::PersistProbe => include_bytes!("../../ptx/persist_probe.sm90.cubin"),
             ModuleId::QkvRope => include_bytes!("../../ptx/qkv_rope.sm90.cubin"),
             ModuleId::Sample => include_bytes!("../../ptx/sample.sm90.cubin"),
             ModuleId::Split => include_bytes!("../../ptx/split.sm90.cubin"),

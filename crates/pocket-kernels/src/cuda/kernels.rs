@@ -256,6 +256,10 @@ pub enum Kernel {
     AddRmsNormQ8,
     /// A folded norm's output for a reader that is not a folding GEMV (cuda/rms_fold.rs).
     RmsFoldApply,
+    /// Grid barriers only (cuda/persist_probe.rs, a measurement probe).
+    PersistBarriers,
+    /// Chained FP8 GEMVs in one persistent launch (cuda/persist_probe.rs, a measurement probe).
+    PersistFp8Chain,
     AddBias,
     AddAssign,
     SiluMul,
@@ -385,6 +389,8 @@ impl Kernel {
             Kernel::RmsNormQ8 => (M::Norm, "rms_norm_q8"),
             Kernel::AddRmsNormQ8 => (M::Norm, "add_rms_norm_q8"),
             Kernel::RmsFoldApply => (M::Norm, "rms_fold_apply"),
+            Kernel::PersistBarriers => (M::PersistProbe, "persist_barriers"),
+            Kernel::PersistFp8Chain => (M::PersistProbe, "persist_fp8_chain"),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),

@@ -33,6 +33,7 @@ mod matmul;
 mod matmul_fp8;
 pub mod memory;
 mod ops;
+mod persist_probe;
 mod qkv_rope;
 mod recurrent;
 mod repack;

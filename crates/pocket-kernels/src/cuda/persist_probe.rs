@@ -1,0 +1,125 @@
+//! Measurement probe for docs/architecture/persistent-decode.md (plan step 1; no model uses it):
+//! the cost of a grid-wide barrier, and chained one-row FP8 GEMVs in one persistent launch
+//! against the same GEMVs as separate launches (kernels/persist_probe.cu;
+//! tests/cuda_bench_persist.rs times both).
+
+use pocket_quant::QuantFormat;
+
+use super::kernels::Kernel;
+use super::matmul_fp8::{weight_ptrs, Fp8Kind};
+use super::CudaBackend;
+use crate::error::shape_err;
+use crate::{DType, Result, Tensor, Weight};
+
+/// Blocks per SM the persistent kernels are launched with (`PERSIST_MINB` in persist_probe.cu:
+/// their registers guarantee that many fit, so every block is resident and the barrier cannot
+/// deadlock).
+const BLOCKS_PER_SM: usize = 3;
+/// Weight rows per block of `persist_fp8_chain` (4 warps x 4 rows).
+const ROWS_PER_BLOCK: usize = 16;
+
+impl CudaBackend {
+    /// Runs `rounds` grid-wide barriers in one launch of `blocks` 128-thread blocks (at most 3
+    /// per SM, so all are resident).
+    pub fn probe_grid_barriers(&self, blocks: usize, rounds: usize) -> Result<()> {
+        const OP: &str = "probe_grid_barriers";
+        let max = BLOCKS_PER_SM * self.sm_count() as usize;
+        if blocks == 0 || blocks > max {
+            return Err(shape_err(
+                OP,
+                format!("{blocks} blocks (1..={max} fit at once)"),
+            ));
+        }
+        let bar = self.barrier_words(OP)?;
+        self.launch(
+            OP,
+            Kernel::PersistBarriers,
+            (blocks as u32, 1, 1),
+            128,
+            args![bar.0, rounds as i32],
+        )
+    }
+
+    /// For each layer l, `xb = W1_l xa` then `xa = W2_l xb`, all in one persistent launch:
+    /// `w1` [layers * r, c] and `w2` [layers * c, r] stack the layers' weights (FP8 E4M3 with
+    /// 128x128 tile scales; r and c multiples of 128), `xa` [1, c] and `xb` [1, r] f32. The
+    /// results equal the same chain of one-row GEMVs up to f32 summation order.
+    pub fn probe_fp8_chain(
+        &self,
+        w1: &Weight,
+        w2: &Weight,
+        xa: &mut Tensor,
+        xb: &mut Tensor,
+        layers: usize,
+    ) -> Result<()> {
+        const OP: &str = "probe_fp8_chain";
+        let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
+        for w in [w1, w2] {
+            if w.format != QuantFormat::Fp8E4M3Block128 {
+                return Err(shape_err(
+                    OP,
+                    format!("{} weight (FP8 E4M3 128x128 only)", w.format),
+                ));
+            }
+        }
+        let (r, c) = (w1.rows / layers.max(1), w1.cols);
+        let fits = layers > 0
+            && w1.rows == layers * r
+            && (w2.rows, w2.cols) == (layers * c, r)
+            && r.is_multiple_of(128)
+            && c.is_multiple_of(128)
+            && xa.shape == [1, c]
+            && xb.shape == [1, r];
+        if !fits {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{layers} layers: W1 [{}, {}], W2 [{}, {}], xa {:?}, xb {:?}: need W1 \
+                     [layers * r, c], W2 [layers * c, r], xa [1, c], xb [1, r], r and c \
+                     multiples of 128",
+                    w1.rows, w1.cols, w2.rows, w2.cols, xa.shape, xb.shape
+                ),
+            ));
+        }
+        let blocks = BLOCKS_PER_SM * self.sm_count() as usize;
+        if r.max(c) > blocks * ROWS_PER_BLOCK {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{} rows exceed one row group per warp ({blocks} blocks)",
+                    r.max(c)
+                ),
+            ));
+        }
+        let (p1, s1) = weight_ptrs(self, OP, kind, w1)?;
+        let (p2, s2) = weight_ptrs(self, OP, kind, w2)?;
+        let pa = self.ptr_of(OP, "xa", xa, DType::F32)?;
+        let pb = self.ptr_of(OP, "xb", xb, DType::F32)?;
+        let bar = self.barrier_words(OP)?;
+        self.launch(
+            OP,
+            Kernel::PersistFp8Chain,
+            (blocks as u32, 1, 1),
+            128,
+            args![
+                p1,
+                s1,
+                p2,
+                s2,
+                pa,
+                pb,
+                r as i32,
+                c as i32,
+                layers as i32,
+                bar.0
+            ],
+        )
+    }
+
+    /// Two zeroed u32 words for one launch's grid barrier (count, generation), with their
+    /// device address; the tensor keeps them alive until the launch has run (stream order).
+    fn barrier_words(&self, op: &'static str) -> Result<(u64, Tensor)> {
+        let t = crate::Backend::upload_u32(self, &[0, 0], &[2])?;
+        Ok((self.ptr_of(op, "barrier", &t, DType::U32)?, t))
+    }
+}

@@ -1,0 +1,131 @@
+//! GPU microbenchmark for docs/architecture/persistent-decode.md, plan step 1 (ignored by
+//! default; the device run script runs it with `--ignored`): what one grid-wide barrier costs,
+//! and whether one-row FP8 GEMVs chained in one persistent launch (each phase loading its first
+//! weights before the barrier that publishes its input) beat the same chain as separate launches
+//! in a CUDA graph with programmatic dependent launch (the engine's decode path). The chain
+//! alternates the Qwen3.5-27B o/out projection's shape (5120x6144) with its transpose
+//! (6144x5120), distinct weights per layer (16 layers, 2 GB: HBM reads, not L2). Both chains are
+//! first checked to give the same result for one layer.
+#![cfg(feature = "cuda")]
+
+use pocket_kernels::{Backend, DType, HostBytes, Weight};
+use pocket_quant::QuantFormat;
+
+#[path = "cuda_common/bench.rs"]
+mod bench;
+
+use bench::{backend_or_skip, bench_x, capture, random_fp8, time_ms, ROOF_TBPS};
+
+const F: QuantFormat = QuantFormat::Fp8E4M3Block128;
+
+/// Codes and tile scales of `layers` stacked `rows x cols` weights.
+fn stacked(layers: usize, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+    random_fp8(layers * rows, cols)
+}
+
+/// Layer `l`'s own weight out of the stacked bytes (its rows and its rows of tile scales).
+fn layer(
+    be: &pocket_kernels::cuda::CudaBackend,
+    s: &(Vec<u8>, Vec<u8>),
+    l: usize,
+    rows: usize,
+    cols: usize,
+) -> Weight {
+    let tile_row = cols.div_ceil(128) * 4;
+    let codes = s.0[l * rows * cols..(l + 1) * rows * cols].to_vec();
+    let scales = s.1[l * rows / 128 * tile_row..(l + 1) * rows / 128 * tile_row].to_vec();
+    be.upload_weight(
+        F,
+        rows,
+        cols,
+        HostBytes::from_vec(codes),
+        Some(HostBytes::from_vec(scales)),
+        None,
+    )
+    .unwrap()
+}
+
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_persistent_fp8_chain() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    let (r, c, layers) = (5120usize, 6144usize, 16usize);
+    let s1 = stacked(layers, r, c);
+    let s2 = stacked(layers, c, r);
+    let up = |s: &(Vec<u8>, Vec<u8>), rows, cols| {
+        be.upload_weight(
+            F,
+            rows,
+            cols,
+            HostBytes::from_vec(s.0.clone()),
+            Some(HostBytes::from_vec(s.1.clone())),
+            None,
+        )
+        .unwrap()
+    };
+    let (w1, w2) = (up(&s1, layers * r, c), up(&s2, layers * c, r));
+    let w1s: Vec<Weight> = (0..layers).map(|l| layer(&be, &s1, l, r, c)).collect();
+    let w2s: Vec<Weight> = (0..layers).map(|l| layer(&be, &s2, l, c, r)).collect();
+    let x0 = bench_x(1, c);
+    let mut xa = be.upload_f32(&x0, &[1, c]).unwrap();
+    let mut xb = be.alloc(DType::F32, &[1, r]).unwrap();
+
+    // One layer both ways, from the same input: the same values up to summation order.
+    be.matmul(&xa, &w1s[0], &mut xb).unwrap();
+    be.matmul(&xb, &w2s[0], &mut xa).unwrap();
+    let want = be.read_f32(&xa).unwrap();
+    let (mut pa, mut pb) = (
+        be.upload_f32(&x0, &[1, c]).unwrap(),
+        be.alloc(DType::F32, &[1, r]).unwrap(),
+    );
+    // A one-layer stack is that layer's own weights.
+    be.probe_fp8_chain(&w1s[0], &w2s[0], &mut pa, &mut pb, 1)
+        .unwrap();
+    let got = be.read_f32(&pa).unwrap();
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst <= 1e-5 * scale,
+        "persistent chain differs from the launched one: max |d| {worst} of max |x| {scale}"
+    );
+
+    // The launched chain as the engine runs it: a graph with programmatic dependent launch.
+    let graph = capture(&be, || {
+        for l in 0..layers {
+            be.matmul(&xa, &w1s[l], &mut xb).unwrap();
+            be.matmul(&xb, &w2s[l], &mut xa).unwrap();
+        }
+    });
+    let launched = time_ms(&be, 3, 30, |_| graph.replay().unwrap());
+    let persistent = time_ms(&be, 3, 30, |_| {
+        be.probe_fp8_chain(&w1, &w2, &mut xa, &mut xb, layers)
+            .unwrap()
+    });
+    let blocks = 3 * be.sm_count() as usize;
+    let rounds = 1000;
+    let barrier_us = time_ms(&be, 2, 10, |_| {
+        be.probe_grid_barriers(blocks, rounds).unwrap()
+    }) * 1e3
+        / rounds as f64;
+
+    let phases = 2 * layers;
+    let bytes = (s1.0.len() + s1.1.len() + s2.0.len() + s2.1.len()) as f64;
+    let line = |what: &str, ms: f64| {
+        format!(
+            "gemv persist fp8 {r}x{c}+{c}x{r} x{layers} {what:10}: {:7.1} us per GEMV, {:7.1} GB/s, {:5.1}% of {ROOF_TBPS} TB/s",
+            ms * 1e3 / phases as f64,
+            bytes / (ms * 1e-3) / 1e9,
+            100.0 * bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
+        )
+    };
+    println!("\n==== summary: persistent chain against launches ====");
+    println!("{}", line("launched", launched));
+    println!("{}", line("persistent", persistent));
+    println!("gemv persist grid barrier ({blocks} blocks): {barrier_us:.2} us each");
+}

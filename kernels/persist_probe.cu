@@ -1,0 +1,90 @@
+// Measurement probe for docs/architecture/persistent-decode.md (plan step 1; no model uses it):
+// what a grid-wide barrier costs, and whether one-row FP8 GEMVs chained inside one persistent
+// launch, each loading its first weights before the barrier that publishes its input, beat the
+// same GEMVs as separate launches with programmatic dependent launch.
+//
+//  * persist_barriers(bar, rounds): `rounds` grid barriers and nothing else.
+//  * persist_fp8_chain(w1, s1, w2, s2, xa, xb, r1, c1, layers, bar): for each layer l,
+//    xb = W1_l xa then xa = W2_l xb, W1_l [r1, c1] and W2_l [c1, r1] the l-th row blocks of the
+//    stacked weights w1 [layers * r1, c1] and w2 [layers * c1, r1] (FP8 E4M3 with 128x128 tile
+//    scales in the device layout of cuda/matmul_fp8.rs; r1 and c1 multiples of 128), each phase
+//    a warp per 4 rows with 6 steps of loads in flight
+//    (the main loop of the deep n1d6 GEMV, fp8_row.cuh). The barrier sits between a phase's
+//    weight preload and its first activation read (row1_accumulate's after_wait).
+//
+// Launch (cuda/persist_probe.rs): block 128, every block resident at once (at most
+// PERSIST_MINB per SM), max(r1, c1) / 4 warps at most; bar: two zeroed words per launch.
+#include "common.cuh"
+#include "fp8_row.cuh"
+
+#define PERSIST_MINB 3
+
+DEVI unsigned ld_acquire_u32(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Every block of the grid waits here until all have arrived. bar[0] counts arrivals, bar[1] is
+// the generation: a block reads the generation before it arrives, the last arrival resets the
+// count and advances the generation, the others spin until it moves. Writes before the barrier
+// are visible to reads after it through L2 (the fences; readers use ld.global.cg).
+DEVI void grid_barrier(unsigned* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned gen = ld_acquire_u32(bar + 1);
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (ld_acquire_u32(bar + 1) == gen) {
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// One phase: out = W x for this warp's 4 rows (if it has any). Every thread of every block
+// passes the barrier exactly once.
+DEVI void chain_phase(const uint8_t* w, const float* sc, const float* x, float* out, int rows,
+                      int cols, unsigned* bar) {
+    const int lane = threadIdx.x & 31;
+    const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * 4;
+    auto barrier = [&] { grid_barrier(bar); };
+    if (row0 >= rows) {
+        barrier();
+        return;
+    }
+    const uint4* wr[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
+    const float* srow[1] = {sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7)};
+    float acc[4];
+    row1_accumulate<0, true, 1, 4, 1, 6, 0, true>(wr, srow, x, cols >> 4, lane, acc, barrier);
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r] = warp_sum(acc[r]);
+    float v = 0.f;
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+        if (lane == r) v = acc[r];
+    if (lane < 4 && row0 + lane < rows) out[row0 + lane] = v;
+}
+
+extern "C" __global__ void __launch_bounds__(FP8R_THREADS, PERSIST_MINB)
+    persist_fp8_chain(const uint8_t* w1, const float* s1, const uint8_t* w2, const float* s2,
+                      float* xa, float* xb, int r1, int c1, int layers, unsigned* bar) {
+    const size_t tr = r1 >> 7, tc = c1 >> 7;  // 128-row/column tiles of W1_l
+    for (int l = 0; l < layers; l++) {
+        chain_phase(w1 + (size_t)l * r1 * c1, s1 + l * tr * tc, xa, xb, r1, c1, bar);
+        chain_phase(w2 + (size_t)l * c1 * r1, s2 + l * tc * tr, xb, xa, c1, r1, bar);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FP8R_THREADS) persist_barriers(unsigned* bar,
+                                                                            int rounds) {
+    for (int i = 0; i < rounds; i++) grid_barrier(bar);
+}
