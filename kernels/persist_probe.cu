@@ -8,9 +8,11 @@
 //    xb = W1_l xa then xa = W2_l xb, W1_l [r1, c1] and W2_l [c1, r1] the l-th row blocks of the
 //    stacked weights w1 [layers * r1, c1] and w2 [layers * c1, r1] (FP8 E4M3 with 128x128 tile
 //    scales in the device layout of cuda/matmul_fp8.rs; r1 and c1 multiples of 128), each phase
-//    a warp per 4 rows with 6 steps of loads in flight
-//    (the main loop of the deep n1d6 GEMV, fp8_row.cuh). The barrier sits between a phase's
-//    weight preload and its first activation read (row1_accumulate's after_wait).
+//    a warp per 4 rows with 6 steps of loads in flight (the main loop of the deep n1d6 GEMV,
+//    fp8_row.cuh). The barrier sits between a phase's weight preload and its first activation
+//    read (row1_accumulate's after_wait).
+//  * persist_fp8_chain_late: the same with the barrier before the phase's first weight loads,
+//    to tell the barrier's saving from the preload's.
 //
 // Launch (cuda/persist_probe.rs): block 128, every block resident at once (at most
 // PERSIST_MINB per SM), max(r1, c1) / 4 warps at most; bar: two zeroed words per launch.
@@ -48,12 +50,16 @@ DEVI void grid_barrier(unsigned* bar) {
 }
 
 // One phase: out = W x for this warp's 4 rows (if it has any). Every thread of every block
-// passes the barrier exactly once.
+// passes the barrier exactly once: after its first weight loads (PRELOAD) or before them.
+template <bool PRELOAD>
 DEVI void chain_phase(const uint8_t* w, const float* sc, const float* x, float* out, int rows,
                       int cols, unsigned* bar) {
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * 4;
-    auto barrier = [&] { grid_barrier(bar); };
+    auto barrier = [&] {
+        if (PRELOAD) grid_barrier(bar);
+    };
+    if (!PRELOAD) grid_barrier(bar);
     if (row0 >= rows) {
         barrier();
         return;
@@ -74,15 +80,24 @@ DEVI void chain_phase(const uint8_t* w, const float* sc, const float* x, float* 
     if (lane < 4 && row0 + lane < rows) out[row0 + lane] = v;
 }
 
-extern "C" __global__ void __launch_bounds__(FP8R_THREADS, PERSIST_MINB)
-    persist_fp8_chain(const uint8_t* w1, const float* s1, const uint8_t* w2, const float* s2,
-                      float* xa, float* xb, int r1, int c1, int layers, unsigned* bar) {
+template <bool PRELOAD>
+DEVI void chain(const uint8_t* w1, const float* s1, const uint8_t* w2, const float* s2, float* xa,
+                float* xb, int r1, int c1, int layers, unsigned* bar) {
     const size_t tr = r1 >> 7, tc = c1 >> 7;  // 128-row/column tiles of W1_l
     for (int l = 0; l < layers; l++) {
-        chain_phase(w1 + (size_t)l * r1 * c1, s1 + l * tr * tc, xa, xb, r1, c1, bar);
-        chain_phase(w2 + (size_t)l * c1 * r1, s2 + l * tc * tr, xb, xa, c1, r1, bar);
+        chain_phase<PRELOAD>(w1 + (size_t)l * r1 * c1, s1 + l * tr * tc, xa, xb, r1, c1, bar);
+        chain_phase<PRELOAD>(w2 + (size_t)l * c1 * r1, s2 + l * tc * tr, xb, xa, c1, r1, bar);
     }
 }
+
+#define PERSIST_CHAIN(name, preload)                                                            \
+    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, PERSIST_MINB)                    \
+        name(const uint8_t* w1, const float* s1, const uint8_t* w2, const float* s2, float* xa, \
+             float* xb, int r1, int c1, int layers, unsigned* bar) {                           \
+        chain<preload>(w1, s1, w2, s2, xa, xb, r1, c1, layers, bar);                           \
+    }
+PERSIST_CHAIN(persist_fp8_chain, true)
+PERSIST_CHAIN(persist_fp8_chain_late, false)
 
 extern "C" __global__ void __launch_bounds__(FP8R_THREADS) persist_barriers(unsigned* bar,
                                                                             int rounds) {

@@ -2,10 +2,11 @@
 //! default; the device run script runs it with `--ignored`): what one grid-wide barrier costs,
 //! and whether one-row FP8 GEMVs chained in one persistent launch (each phase loading its first
 //! weights before the barrier that publishes its input) beat the same chain as separate launches
-//! in a CUDA graph with programmatic dependent launch (the engine's decode path). The chain
-//! alternates the Qwen3.5-27B o/out projection's shape (5120x6144) with its transpose
-//! (6144x5120), distinct weights per layer (16 layers, 2 GB: HBM reads, not L2). Both chains are
-//! first checked to give the same result for one layer.
+//! in a CUDA graph with programmatic dependent launch (the engine's decode path), and how much of
+//! the difference the preload makes (`persist-late`: the barrier before the first weight loads).
+//! The chain alternates the Qwen3.5-27B o/out projection's shape (5120x6144) with its transpose
+//! (6144x5120), distinct weights per layer (16 layers, 1 GB per chain: HBM reads, not L2). Both
+//! forms are first checked against the launched GEMVs on one layer.
 #![cfg(feature = "cuda")]
 
 use pocket_kernels::{Backend, DType, HostBytes, Weight};
@@ -80,20 +81,23 @@ fn bench_persistent_fp8_chain() {
         be.upload_f32(&x0, &[1, c]).unwrap(),
         be.alloc(DType::F32, &[1, r]).unwrap(),
     );
-    // A one-layer stack is that layer's own weights.
-    be.probe_fp8_chain(&w1s[0], &w2s[0], &mut pa, &mut pb, 1)
-        .unwrap();
-    let got = be.read_f32(&pa).unwrap();
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let worst = got
-        .iter()
-        .zip(&want)
-        .map(|(g, w)| (g - w).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        worst <= 1e-5 * scale,
-        "persistent chain differs from the launched one: max |d| {worst} of max |x| {scale}"
-    );
+    // A one-layer stack is that layer's own weights.
+    for preload in [true, false] {
+        be.write_f32(&mut pa, &x0, &[1, c]).unwrap();
+        be.probe_fp8_chain(&w1s[0], &w2s[0], &mut pa, &mut pb, 1, preload)
+            .unwrap();
+        let got = be.read_f32(&pa).unwrap();
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst <= 1e-5 * scale,
+            "persistent chain (preload {preload}) differs from the launched one: max |d| {worst} of max |x| {scale}"
+        );
+    }
 
     // The launched chain as the engine runs it: a graph with programmatic dependent launch.
     let graph = capture(&be, || {
@@ -103,10 +107,13 @@ fn bench_persistent_fp8_chain() {
         }
     });
     let launched = time_ms(&be, 3, 30, |_| graph.replay().unwrap());
-    let persistent = time_ms(&be, 3, 30, |_| {
-        be.probe_fp8_chain(&w1, &w2, &mut xa, &mut xb, layers)
-            .unwrap()
-    });
+    let mut persistent = [0f64; 2];
+    for (i, preload) in [true, false].into_iter().enumerate() {
+        persistent[i] = time_ms(&be, 3, 30, |_| {
+            be.probe_fp8_chain(&w1, &w2, &mut xa, &mut xb, layers, preload)
+                .unwrap()
+        });
+    }
     let blocks = 3 * be.sm_count() as usize;
     let rounds = 1000;
     let barrier_us = time_ms(&be, 2, 10, |_| {
@@ -126,6 +133,7 @@ fn bench_persistent_fp8_chain() {
     };
     println!("\n==== summary: persistent chain against launches ====");
     println!("{}", line("launched", launched));
-    println!("{}", line("persistent", persistent));
+    println!("{}", line("persistent", persistent[0]));
+    println!("{}", line("persist-late", persistent[1]));
     println!("gemv persist grid barrier ({blocks} blocks): {barrier_us:.2} us each");
 }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "6b473900ede10320c1be9414c8866fe0e92edb092c95a6ec137421f7977d0943";
+    "684d470699010ba124c1d3df7f0020919988a6f9de755c5c4cb53e2fda53823a";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -258,8 +258,9 @@ pub enum Kernel {
     RmsFoldApply,
     /// Grid barriers only (cuda/persist_probe.rs, a measurement probe).
     PersistBarriers,
-    /// Chained FP8 GEMVs in one persistent launch (cuda/persist_probe.rs, a measurement probe).
-    PersistFp8Chain,
+    /// Chained FP8 GEMVs in one persistent launch (cuda/persist_probe.rs, a measurement probe);
+    /// `true`: each phase's first weights loaded before its barrier.
+    PersistFp8Chain(bool),
     AddBias,
     AddAssign,
     SiluMul,
@@ -390,7 +391,8 @@ impl Kernel {
             Kernel::AddRmsNormQ8 => (M::Norm, "add_rms_norm_q8"),
             Kernel::RmsFoldApply => (M::Norm, "rms_fold_apply"),
             Kernel::PersistBarriers => (M::PersistProbe, "persist_barriers"),
-            Kernel::PersistFp8Chain => (M::PersistProbe, "persist_fp8_chain"),
+            Kernel::PersistFp8Chain(true) => (M::PersistProbe, "persist_fp8_chain"),
+            Kernel::PersistFp8Chain(false) => (M::PersistProbe, "persist_fp8_chain_late"),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),

@@ -42,8 +42,10 @@ impl CudaBackend {
 
     /// For each layer l, `xb = W1_l xa` then `xa = W2_l xb`, all in one persistent launch:
     /// `w1` [layers * r, c] and `w2` [layers * c, r] stack the layers' weights (FP8 E4M3 with
-    /// 128x128 tile scales; r and c multiples of 128), `xa` [1, c] and `xb` [1, r] f32. The
-    /// results equal the same chain of one-row GEMVs up to f32 summation order.
+    /// 128x128 tile scales; r and c multiples of 128), `xa` [1, c] and `xb` [1, r] f32.
+    /// `preload`: each phase loads its first weights before the barrier that publishes its
+    /// input (else after it). The results equal the same chain of one-row GEMVs up to f32
+    /// summation order.
     pub fn probe_fp8_chain(
         &self,
         w1: &Weight,
@@ -51,6 +53,7 @@ impl CudaBackend {
         xa: &mut Tensor,
         xb: &mut Tensor,
         layers: usize,
+        preload: bool,
     ) -> Result<()> {
         const OP: &str = "probe_fp8_chain";
         let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
@@ -98,7 +101,7 @@ impl CudaBackend {
         let bar = self.barrier_words(OP)?;
         self.launch(
             OP,
-            Kernel::PersistFp8Chain,
+            Kernel::PersistFp8Chain(preload),
             (blocks as u32, 1, 1),
             128,
             args![
