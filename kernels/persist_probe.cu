@@ -50,34 +50,34 @@ DEVI void grid_barrier(unsigned* bar) {
 }
 
 // One phase: out = W x for this warp's 4 rows (if it has any). Every thread of every block
-// passes the barrier exactly once: after its first weight loads (PRELOAD) or before them.
+// passes the barrier exactly once and at one place in the code: after its first weight loads
+// (PRELOAD; a warp without rows runs the same main loop over no columns, so it loads nothing and
+// still meets the barrier there) or before them.
 template <bool PRELOAD>
 DEVI void chain_phase(const uint8_t* w, const float* sc, const float* x, float* out, int rows,
                       int cols, unsigned* bar) {
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * 4;
-    auto barrier = [&] {
-        if (PRELOAD) grid_barrier(bar);
-    };
+    const bool has = row0 < rows;
+    const int first = has ? row0 : 0;
     if (!PRELOAD) grid_barrier(bar);
-    if (row0 >= rows) {
-        barrier();
-        return;
-    }
     const uint4* wr[4];
 #pragma unroll
     for (int r = 0; r < 4; r++)
-        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
-    const float* srow[1] = {sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7)};
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(first + r, rows - 1) * cols);
+    const float* srow[1] = {sc + (size_t)(first >> 7) * ((cols + 127) >> 7)};
     float acc[4];
-    row1_accumulate<0, true, 1, 4, 1, 6, 0, true>(wr, srow, x, cols >> 4, lane, acc, barrier);
+    row1_accumulate<0, true, 1, 4, 1, 6, 0, true>(wr, srow, x, has ? cols >> 4 : 0, lane, acc,
+                                                  [&] {
+                                                      if (PRELOAD) grid_barrier(bar);
+                                                  });
 #pragma unroll
     for (int r = 0; r < 4; r++) acc[r] = warp_sum(acc[r]);
     float v = 0.f;
 #pragma unroll
     for (int r = 0; r < 4; r++)
         if (lane == r) v = acc[r];
-    if (lane < 4 && row0 + lane < rows) out[row0 + lane] = v;
+    if (has && lane < 4 && row0 + lane < rows) out[row0 + lane] = v;
 }
 
 template <bool PRELOAD>

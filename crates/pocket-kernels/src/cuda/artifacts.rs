@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "684d470699010ba124c1d3df7f0020919988a6f9de755c5c4cb53e2fda53823a";
+    "dad00bd235ae4340f30c84f75a524421b59204c0230614058e63eb2ecc93ab24";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
