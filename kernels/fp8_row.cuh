@@ -227,3 +227,30 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
         }
     }
 }
+
+// A row group's R weight-row pointers from row0 (a missing last row re-reads the previous one;
+// its result is never written) and its tile-scale row (all R rows share one 128-row tile).
+template <bool TILED, int R>
+__device__ __forceinline__ void row1_group(const uint8_t* __restrict__ w,
+                                           const float* __restrict__ sc, int rows, int cols,
+                                           int row0, const uint4* (&wr)[R],
+                                           const float* (&srow)[1]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
+    srow[0] = TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr;
+}
+
+// Butterfly sums of a warp's R partial sums: lane r < R returns row r's total times `scale`
+// (the per-tensor scale; 1 with tile scales), the other lanes 0.
+template <int R>
+__device__ __forceinline__ float row1_lane_total(float (&acc)[R], int lane, float scale) {
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
+    float v = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (lane == r) v = acc[r] * scale;
+    return v;
+}
+

@@ -63,27 +63,17 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     // A whole warp past the last row has nothing to do and no barrier to reach. With a fold the
     // host launches whole blocks, so every warp reaches the fold's barriers.
     if (row0 >= rows) return;
-    const int nch = cols >> 4;
     const uint4* wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        // A missing last row re-reads the previous one (its result is never written).
-        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
-    }
-    const float* srow[1] = {TILED ? sc + (size_t)(row0 >> 7) * ((cols + 127) >> 7) : nullptr};
+    const float* srow[1];
+    row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
     float acc[R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB>(wr, srow, x, nch, lane, acc, [&] {
+    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB>(wr, srow, x, cols >> 4, lane, acc, [&] {
         if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
     });
     pdl_trigger_late<MINB>();
-    // Butterfly sums: every lane holds every row's total; lane r < R takes row row0 + r.
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-    float v = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        if (lane == r) v = TILED ? acc[r] : acc[r] * tscale;
+    // Lane r < R takes row row0 + r.
+    float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
     const bool mine = lane < R && row0 + lane < rows;
     if (f.parts_in) {
         const float rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);

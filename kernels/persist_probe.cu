@@ -59,24 +59,16 @@ DEVI void chain_phase(const uint8_t* w, const float* sc, const float* x, float* 
     const int lane = threadIdx.x & 31;
     const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * 4;
     const bool has = row0 < rows;
-    const int first = has ? row0 : 0;
     if (!PRELOAD) grid_barrier(bar);
     const uint4* wr[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(first + r, rows - 1) * cols);
-    const float* srow[1] = {sc + (size_t)(first >> 7) * ((cols + 127) >> 7)};
+    const float* srow[1];
+    row1_group<true, 4>(w, sc, rows, cols, has ? row0 : 0, wr, srow);
     float acc[4];
     row1_accumulate<0, true, 1, 4, 1, 6, 0, true>(wr, srow, x, has ? cols >> 4 : 0, lane, acc,
                                                   [&] {
                                                       if (PRELOAD) grid_barrier(bar);
                                                   });
-#pragma unroll
-    for (int r = 0; r < 4; r++) acc[r] = warp_sum(acc[r]);
-    float v = 0.f;
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-        if (lane == r) v = acc[r];
+    const float v = row1_lane_total<4>(acc, lane, 1.f);
     if (has && lane < 4 && row0 + lane < rows) out[row0 + lane] = v;
 }
 

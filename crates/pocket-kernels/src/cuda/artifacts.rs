@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "dad00bd235ae4340f30c84f75a524421b59204c0230614058e63eb2ecc93ab24";
+    "9add82657734d5a0eb2efc097007c9c33ae482dac06dec5ae3b3c0c48f88ab34";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
