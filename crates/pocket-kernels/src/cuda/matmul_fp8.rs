@@ -172,19 +172,21 @@ impl Fp8Kernel {
 pub(super) static TILE_LANES: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_LANES");
 
 /// Reorders every whole 128-column tile of each `cols`-byte row of FP8 codes into tile-lane
-/// order (kernels/gemv_fp8.cu `fp8_lanes`): byte `16k + 4i + m` of a tile takes the code of its
-/// column `4k + 32i + m` (k = 0..8, i and m = 0..4), so that the activations of each 16-byte
-/// chunk are four float4 that the eight lanes of one tile read contiguously. A partial last tile
-/// keeps its order.
+/// order (kernels/fp8_row.cuh `fp8_lanes`): bytes `16k + 4i .. 16k + 4i + 4` of a tile take the
+/// codes of its columns `4k + 32i .. 4k + 32i + 4` (k = 0..8, i = 0..4; a transpose of the
+/// tile's 4 x 8 groups of four codes), so that the activations of each 16-byte chunk are four
+/// float4 that the eight lanes of one tile read contiguously. A partial last tile keeps its
+/// order.
 pub(crate) fn to_tile_lanes(codes: &mut [u8], cols: usize) {
     use rayon::prelude::*;
     let whole = cols / 128 * 128;
     codes.par_chunks_mut(cols).for_each(|row| {
         for tile in row[..whole].chunks_exact_mut(128) {
             let src: [u8; 128] = (&*tile).try_into().expect("128-byte tile");
-            for (col, &code) in src.iter().enumerate() {
-                let (i, k, m) = (col / 32, col % 32 / 4, col % 4);
-                tile[16 * k + 4 * i + m] = code;
+            for (i, group) in src.chunks_exact(32).enumerate() {
+                for (k, four) in group.chunks_exact(4).enumerate() {
+                    tile[16 * k + 4 * i..16 * k + 4 * i + 4].copy_from_slice(four);
+                }
             }
         }
     });
@@ -476,7 +478,7 @@ mod tests {
             for c in 0..nch {
                 for b in 0..16 {
                     let (i, m) = (b / 4, b % 4);
-                    // kernels/gemv_fp8.cu x4_index: the float4 of x that byte group i multiplies.
+                    // kernels/fp8_row.cuh x4_index: the float4 of x that byte group i multiplies.
                     let x4 = if c < nlane {
                         32 * (c / 8) + c % 8 + 8 * i
                     } else {

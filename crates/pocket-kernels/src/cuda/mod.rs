@@ -234,12 +234,10 @@ impl CudaBackend {
         let pool = Pool::new(ctx.clone());
         static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
-        let early = PDL_EARLY.get();
-        kernels.set_constant_i32(&stream, "pdl_early", |m| early.mask(m))?;
         kernels.set_constant_i32(&stream, "pdl_sms", |_| sm_count as i32)?;
         let lanes = matmul_fp8::TILE_LANES.on() as i32;
         kernels.set_constant_i32(&stream, "fp8_lanes", |_| lanes)?;
-        Ok(CudaBackend {
+        let be = CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
             stream,
@@ -256,7 +254,9 @@ impl CudaBackend {
             pdl: std::sync::atomic::AtomicBool::new(pdl_supported && PDL_ENV.on()),
             pdl_supported,
             rms_fold: Mutex::new(None),
-        })
+        };
+        be.set_pdl_early(PDL_EARLY.get())?;
+        Ok(be)
     }
 
     /// Compute capability (major, minor).
