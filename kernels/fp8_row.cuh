@@ -106,8 +106,9 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
 // activation a chunk multiplies is then four float4 at x[4k + 32i], and the eight lanes reading
 // one tile's chunks read 128 contiguous bytes per load: each x load of a warp touches four
 // 128-byte lines, where the row-major order's 64-byte lane stride touched sixteen half-used ones
-// (Nsight, session 6: a third of the one-row GEMV's L1 sectors were such waste). A partial last
-// tile keeps the row-major order. 0 = the checkpoint's row-major order everywhere.
+// (Nsight, session 6, 34816x5120: 33% of the global-load sectors were excess from uncoalesced
+// access, the amount this stride wastes by our count). A partial last tile keeps the row-major
+// order. 0 = the checkpoint's row-major order everywhere.
 __constant__ int fp8_lanes;
 
 // Chunks of a row in tile-lane order: those of its whole tiles (0 in row-major order).

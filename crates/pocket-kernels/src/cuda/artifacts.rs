@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9add82657734d5a0eb2efc097007c9c33ae482dac06dec5ae3b3c0c48f88ab34";
+    "148ffbea1cfe7420f90c0f4480546cc9b26c12561605daf8cd6acbf874a133ba";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
