@@ -144,16 +144,6 @@ static ROW1_BITS: EnvChoice<bool> = EnvChoice::new("POCKET_GEMV_FP8_DECODE", &[f
     v == Some("bits")
 });
 
-/// The forced one-row variant, `None` for the per-shape choice.
-fn forced_row1() -> Option<Fp8Row1> {
-    ROW1.get()
-}
-
-/// Whether the one-row E4M3 GEMV runs the previous integer decode.
-fn int_decode() -> bool {
-    ROW1_BITS.get()
-}
-
 impl CudaBackend {
     /// Forces the one-row FP8 GEMV variant (`None`: the per-shape choice), as `POCKET_GEMV_FP8`.
     /// Process-wide, for A/B benchmarks.
@@ -385,7 +375,8 @@ impl GemvRows {
 /// The one-row variant for a `rows x cols` weight on `be`: the forced one, else the per-shape
 /// choice.
 pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row1 {
-    forced_row1().unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
+    ROW1.get()
+        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
 }
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
@@ -400,7 +391,7 @@ pub(crate) fn launch_row1_fold(
     fold: RmsFoldArgs,
 ) -> Result<()> {
     let p = prepare(be, "matmul_add_rms_norm", kind, x, w, out)?;
-    launch_row1(be, kind, variant, int_decode(), &p, fold)
+    launch_row1(be, kind, variant, ROW1_BITS.get(), &p, fold)
 }
 
 /// One launch of a one-row GEMV variant, with the folded norm's halves in `fold` (all null:
@@ -466,7 +457,7 @@ pub(crate) fn gemv(
             cols,
             n: 1,
         };
-        return launch_row1(be, kind, variant, int_decode(), &p, fold);
+        return launch_row1(be, kind, variant, ROW1_BITS.get(), &p, fold);
     }
     be.launch(
         "matmul",
