@@ -140,9 +140,8 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
 );
 /// Whether the one-row E4M3 GEMV runs the previous integer decode (`_bits` kernels;
 /// `POCKET_GEMV_FP8_DECODE=bits`) instead of the f16 conversion.
-static ROW1_BITS: EnvChoice<bool> = EnvChoice::new("POCKET_GEMV_FP8_DECODE", &[false, true], |v| {
-    v == Some("bits")
-});
+static ROW1_BITS: EnvChoice<bool> =
+    EnvChoice::flag("POCKET_GEMV_FP8_DECODE", |v| v == Some("bits"));
 
 impl CudaBackend {
     /// Forces the one-row FP8 GEMV variant (`None`: the per-shape choice), as `POCKET_GEMV_FP8`.

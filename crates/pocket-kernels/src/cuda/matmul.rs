@@ -163,15 +163,13 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
 /// Whether `POCKET_GEMV=warp` asks for the previous one-row decode GEMV (a warp per weight row,
 /// `gemv_q8_*_n1`) instead of `gemv_q8r_*`; kept for comparison and tested by the device run.
 pub(super) fn warp_per_row() -> bool {
-    static WARP: EnvChoice<bool> =
-        EnvChoice::new("POCKET_GEMV", &[false, true], |v| v == Some("warp"));
+    static WARP: EnvChoice<bool> = EnvChoice::flag("POCKET_GEMV", |v| v == Some("warp"));
     WARP.get()
 }
 
 /// Process-wide choice of the one-row decode GEMV generation: the split-K kernels (`true`, the
 /// default) or the previous ones (`POCKET_GEMV_SPLIT=0`).
-static SPLIT_GEMV: EnvChoice<bool> =
-    EnvChoice::new("POCKET_GEMV_SPLIT", &[false, true], |v| v != Some("0"));
+static SPLIT_GEMV: EnvChoice<bool> = EnvChoice::flag("POCKET_GEMV_SPLIT", |v| v != Some("0"));
 
 /// Whether the one-row GEMVs of 16-bit float (`gemv_h_*`) and FP8 (`gemv_fp8_*_n1k*`) weights
 /// take the kernels that split the columns over a whole block (default) rather than the previous
@@ -231,8 +229,7 @@ fn exact_prefill(be: &CudaBackend) -> bool {
 /// Whether `POCKET_PREFILL_ACT=f16` asks the prefill GEMM for plain f16 activations instead of
 /// the CPU-matching int8 rounding (kept to measure what the rounding costs in accuracy).
 fn plain_f16_prefill() -> bool {
-    static F16: EnvChoice<bool> =
-        EnvChoice::new("POCKET_PREFILL_ACT", &[false, true], |v| v == Some("f16"));
+    static F16: EnvChoice<bool> = EnvChoice::flag("POCKET_PREFILL_ACT", |v| v == Some("f16"));
     F16.get()
 }
 

@@ -189,11 +189,11 @@ static PDL_ENV: switch::EnvSwitch = switch::EnvSwitch::on_unless_zero("POCKET_PD
 /// `POCKET_GEMV=fused`: a backend opens with the fused quantize-and-GEMV variant on (measured
 /// slower on the H200, docs/performance/cuda-kernels.md, run 5: off unless asked for).
 static GEMV_FUSED_ENV: switch::EnvChoice<bool> =
-    switch::EnvChoice::new("POCKET_GEMV", &[false, true], |v| v == Some("fused"));
+    switch::EnvChoice::flag("POCKET_GEMV", |v| v == Some("fused"));
 /// `POCKET_PREFILL=exact`: a backend opens with the exact (f32) prefill GEMMs
 /// ([`crate::Backend::set_exact_prefill`]).
 static PREFILL_EXACT_ENV: switch::EnvChoice<bool> =
-    switch::EnvChoice::new("POCKET_PREFILL", &[false, true], |v| v == Some("exact"));
+    switch::EnvChoice::flag("POCKET_PREFILL", |v| v == Some("exact"));
 
 impl CudaBackend {
     /// Opens GPU `ordinal`: fails with [`KernelError::Unavailable`] where there is no driver, no

@@ -140,7 +140,7 @@ fn norm_threads(d: usize) -> u32 {
 /// sampling and argmax), kept for A/B timing on the device.
 pub(crate) fn small_kernels_legacy() -> bool {
     static OLD: super::switch::EnvChoice<bool> =
-        super::switch::EnvChoice::new("POCKET_SMALL_KERNELS", &[false, true], |v| v == Some("old"));
+        super::switch::EnvChoice::flag("POCKET_SMALL_KERNELS", |v| v == Some("old"));
     OLD.get()
 }
 

@@ -21,8 +21,7 @@ use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
 
 /// `POCKET_RMS_FOLD=0` turns the fold off; [`CudaBackend::set_rms_fold`] overrides it.
-static FOLD: EnvChoice<bool> =
-    EnvChoice::new("POCKET_RMS_FOLD", &[false, true], |v| v != Some("0"));
+static FOLD: EnvChoice<bool> = EnvChoice::flag("POCKET_RMS_FOLD", |v| v != Some("0"));
 
 /// Whether the device ranges `[a, a + a_bytes)` and `[b, b + b_bytes)` overlap.
 fn overlaps(a: u64, a_bytes: usize, b: u64, b_bytes: usize) -> bool {

@@ -92,6 +92,14 @@ impl<T: Copy + PartialEq + 'static> EnvChoice<T> {
     }
 }
 
+impl EnvChoice<bool> {
+    /// An on/off choice read from `name` by `parse` (any spelling: `fused`, `exact`, `0`),
+    /// overridable either way.
+    pub(crate) const fn flag(name: &'static str, parse: fn(Option<&str>) -> bool) -> Self {
+        Self::new(name, &[false, true], parse)
+    }
+}
+
 /// The value of a switch whose variable holds `v` (unset: the default).
 fn parse(v: Option<&str>, default_on: bool) -> bool {
     match v {
