@@ -19,31 +19,39 @@ use bench::{backend_or_skip, bench_x, capture, random_fp8, time_ms, ROOF_TBPS};
 
 const F: QuantFormat = QuantFormat::Fp8E4M3Block128;
 
-/// Codes and tile scales of `layers` stacked `rows x cols` weights.
-fn stacked(layers: usize, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
-    random_fp8(layers * rows, cols)
+/// Uploads `rows x cols` FP8 codes and their tile scales.
+fn upload(
+    be: &pocket_kernels::cuda::CudaBackend,
+    codes: &[u8],
+    scales: &[u8],
+    rows: usize,
+    cols: usize,
+) -> Weight {
+    let (codes, scales) = (
+        HostBytes::from_vec(codes.to_vec()),
+        HostBytes::from_vec(scales.to_vec()),
+    );
+    be.upload_weight(F, rows, cols, codes, Some(scales), None)
+        .unwrap()
 }
 
-/// Layer `l`'s own weight out of the stacked bytes (its rows and its rows of tile scales).
+/// Layer `l`'s own `rows x cols` weight out of stacked codes and scales (its rows and its rows
+/// of tile scales).
 fn layer(
     be: &pocket_kernels::cuda::CudaBackend,
-    s: &(Vec<u8>, Vec<u8>),
+    (codes, scales): &(Vec<u8>, Vec<u8>),
     l: usize,
     rows: usize,
     cols: usize,
 ) -> Weight {
-    let tile_row = cols.div_ceil(128) * 4;
-    let codes = s.0[l * rows * cols..(l + 1) * rows * cols].to_vec();
-    let scales = s.1[l * rows / 128 * tile_row..(l + 1) * rows / 128 * tile_row].to_vec();
-    be.upload_weight(
-        F,
+    let tile_rows = rows / 128 * cols.div_ceil(128) * 4;
+    upload(
+        be,
+        &codes[l * rows * cols..(l + 1) * rows * cols],
+        &scales[l * tile_rows..(l + 1) * tile_rows],
         rows,
         cols,
-        HostBytes::from_vec(codes),
-        Some(HostBytes::from_vec(scales)),
-        None,
     )
-    .unwrap()
 }
 
 #[test]
@@ -53,20 +61,11 @@ fn bench_persistent_fp8_chain() {
         return;
     };
     let (r, c, layers) = (5120usize, 6144usize, 16usize);
-    let s1 = stacked(layers, r, c);
-    let s2 = stacked(layers, c, r);
-    let up = |s: &(Vec<u8>, Vec<u8>), rows, cols| {
-        be.upload_weight(
-            F,
-            rows,
-            cols,
-            HostBytes::from_vec(s.0.clone()),
-            Some(HostBytes::from_vec(s.1.clone())),
-            None,
-        )
-        .unwrap()
-    };
-    let (w1, w2) = (up(&s1, layers * r, c), up(&s2, layers * c, r));
+    // Every layer's weights stacked (for the persistent launch) and each on its own.
+    let s1 = random_fp8(layers * r, c);
+    let s2 = random_fp8(layers * c, r);
+    let w1 = upload(&be, &s1.0, &s1.1, layers * r, c);
+    let w2 = upload(&be, &s2.0, &s2.1, layers * c, r);
     let w1s: Vec<Weight> = (0..layers).map(|l| layer(&be, &s1, l, r, c)).collect();
     let w2s: Vec<Weight> = (0..layers).map(|l| layer(&be, &s2, l, c, r)).collect();
     let x0 = bench_x(1, c);
