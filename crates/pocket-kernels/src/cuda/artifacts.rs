@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "148ffbea1cfe7420f90c0f4480546cc9b26c12561605daf8cd6acbf874a133ba";
+    "9e08cb466cec9375cf2d0b3527fc7bb03405e9ef04aafcc0f780e6bf4ff6a183";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

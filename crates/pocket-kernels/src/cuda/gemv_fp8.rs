@@ -13,6 +13,7 @@ use super::switch::{EnvChoice, EnvSwitch};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
+use cudarc::driver::sys::CUfunction_attribute;
 
 /// Weight rows one GEMV block covers (4 warps x 4 rows, the `n4`/`n8` kernels).
 const GEMV_BLOCK_ROWS: usize = 16;
@@ -36,24 +37,66 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
+    /// Streamed through a shared-memory ring by bulk copies (`_ring8`, kernels/fp8_ring.cuh; sm_90
+    /// and later): 8 warps per block, 3 slots of 4 KiB per warp, one block per SM at most, so the
+    /// next kernel's blocks fit beside it and HBM keeps streaming across the boundary.
+    Ring8,
+    /// [`Fp8Row1::Ring8`] with 4 warps per block and 6 slots per warp (`_ring4`).
+    Ring4,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 5] = [
+    pub const ALL: [Fp8Row1; 7] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
+        Fp8Row1::Ring8,
+        Fp8Row1::Ring4,
     ];
 
-    /// Weight rows one 128-thread block covers.
-    pub fn rows_per_block(self) -> usize {
+    /// The ring forms' warps per block and slots per warp (`None` for the register-fed ones).
+    pub fn ring(self) -> Option<(usize, usize)> {
         match self {
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
+            Fp8Row1::Ring8 => Some((8, 3)),
+            Fp8Row1::Ring4 => Some((4, 6)),
+            _ => None,
         }
+    }
+
+    /// Weight rows one warp covers for a `rows`-row weight on `sms` multiprocessors: fixed for
+    /// the register-fed forms, as many as one block per SM needs for the ring forms.
+    pub fn rows_per_warp(self, rows: usize, sms: usize) -> usize {
+        match self {
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 4,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 8,
+            Fp8Row1::Ring8 | Fp8Row1::Ring4 => {
+                let warps = self.threads() as usize / 32;
+                rows.div_ceil(warps * sms.max(1)).max(1)
+            }
+        }
+    }
+
+    /// Weight rows one block covers (see [`Fp8Row1::rows_per_warp`]).
+    pub fn rows_per_block(self, rows: usize, sms: usize) -> usize {
+        self.rows_per_warp(rows, sms) * self.threads() as usize / 32
+    }
+
+    /// Threads per block.
+    pub fn threads(self) -> u32 {
+        match self.ring() {
+            Some((warps, _)) => 32 * warps as u32,
+            None => GEMV_BLOCK_THREADS,
+        }
+    }
+
+    /// Dynamic shared memory per block, in bytes (the ring's slots; RING_PIECE in
+    /// kernels/fp8_ring.cuh is 4 KiB).
+    pub fn smem_bytes(self) -> u32 {
+        self.ring()
+            .map_or(0, |(warps, slots)| (warps * slots * RING_PIECE) as u32)
     }
 
     /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
@@ -64,6 +107,8 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
+            Fp8Row1::Ring8 => "ring8",
+            Fp8Row1::Ring4 => "ring4",
         }
     }
 
@@ -82,7 +127,17 @@ impl Fp8Row1 {
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
+    /// `POCKET_FP8_RING=8|4` takes a ring form for every shape below 32K rows instead (not yet
+    /// the default; the caller checks that the GPU has bulk copies).
     pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
+        match RING.get() {
+            Some(ring) if rows < WARP8_END_ROWS => ring,
+            _ => Self::register_fed_for_shape(rows, sms),
+        }
+    }
+
+    /// [`Fp8Row1::for_shape`] among the register-fed forms.
+    fn register_fed_for_shape(rows: usize, sms: usize) -> Fp8Row1 {
         let (plain, deep) = if rows >= WARP8_END_ROWS {
             return Fp8Row1::Warp4;
         } else if rows >= WARP8_MIN_ROWS {
@@ -90,7 +145,7 @@ impl Fp8Row1 {
         } else {
             (Fp8Row1::Warp4, Fp8Row1::Warp4Deep)
         };
-        let blocks = rows.div_ceil(deep.rows_per_block());
+        let blocks = rows.div_ceil(deep.rows_per_block(rows, sms));
         if !DEEP.on() || blocks > DEEP_BLOCKS_PER_SM * sms {
             plain
         } else if deep == Fp8Row1::Warp4Deep && DEEP6.on() && blocks <= DEEP6_BLOCKS_PER_SM * sms {
@@ -112,6 +167,21 @@ pub const DEEP_BLOCKS_PER_SM: usize = 4;
 
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
+
+/// `POCKET_FP8_RING=8|4`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Ring8`] or
+/// [`Fp8Row1::Ring4`] below 32K rows (unset or anything else: the register-fed forms).
+static RING: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
+    "POCKET_FP8_RING",
+    &[None, Some(Fp8Row1::Ring8), Some(Fp8Row1::Ring4)],
+    |v| match v {
+        Some("8") => Some(Fp8Row1::Ring8),
+        Some("4") => Some(Fp8Row1::Ring4),
+        _ => None,
+    },
+);
+
+/// Bytes of one ring slot (RING_PIECE in kernels/fp8_ring.cuh).
+const RING_PIECE: usize = 4096;
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -242,7 +312,11 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
+            Fp8Row1::Warp4
+            | Fp8Row1::Warp4Deep
+            | Fp8Row1::Warp4Deep6
+            | Fp8Row1::Ring8
+            | Fp8Row1::Ring4 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -374,8 +448,20 @@ impl GemvRows {
 /// The one-row variant for a `rows x cols` weight on `be`: the forced one, else the per-shape
 /// choice.
 pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row1 {
-    ROW1.get()
-        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
+    let sms = be.sm_count() as usize;
+    let v = ROW1
+        .get()
+        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, sms));
+    if v.ring().is_some() && !bulk_copies(be) {
+        // Before sm_90 the ring kernels only trap: the per-shape register-fed form instead.
+        return Fp8Row1::register_fed_for_shape(rows, sms);
+    }
+    v
+}
+
+/// Whether the GPU has the bulk copies and transaction barriers of the ring forms (sm_90+).
+fn bulk_copies(be: &CudaBackend) -> bool {
+    be.compute_capability().0 >= 9
 }
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
@@ -406,11 +492,37 @@ fn launch_row1(
     if p.rows == 0 {
         return Ok(());
     }
-    be.launch(
+    let k = Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode));
+    let sms = be.sm_count() as usize;
+    let smem = variant.smem_bytes();
+    if variant.ring().is_some() {
+        if !bulk_copies(be) {
+            return Err(shape_err(
+                "matmul",
+                format!("the {} FP8 GEMV needs sm_90 or later", variant.name()),
+            ));
+        }
+        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        be.kernels
+            .get(k)?
+            .set_attribute(attr, smem as i32)
+            .map_err(|e| shape_err("matmul", format!("{} shared memory: {e}", variant.name())))?;
+    }
+    // The ring kernels take their rows per warp where the others take the activation rows (1).
+    let m = match variant.ring() {
+        Some(_) => variant.rows_per_warp(p.rows, sms),
+        None => 1,
+    };
+    be.launch_smem(
         "matmul",
-        Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode)),
-        (p.rows.div_ceil(variant.rows_per_block()) as u32, 1, 1),
-        GEMV_BLOCK_THREADS,
+        k,
+        (
+            p.rows.div_ceil(variant.rows_per_block(p.rows, sms)) as u32,
+            1,
+            1,
+        ),
+        variant.threads(),
+        smem,
         args![
             p.w,
             p.scales,
@@ -419,7 +531,7 @@ fn launch_row1(
             p.out,
             p.rows as i32,
             p.cols as i32,
-            1i32,
+            m as i32,
             fold
         ],
     )
@@ -443,7 +555,7 @@ pub(crate) fn gemv(
         let variant = row1_variant(be, rows, cols);
         // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs): read x * g
         // from the fold scratch instead.
-        let whole = rms_fold::fold_blocks(variant, rows).is_some();
+        let whole = rms_fold::fold_blocks(variant, rows, be.sm_count() as usize).is_some();
         let (x, fold) = rms_fold::take_for_consumer(be, x, cols, whole, (out, 4 * rows))?
             .unwrap_or((x, RmsFoldArgs::default()));
         let p = Fp8Call {
@@ -502,9 +614,32 @@ mod tests {
         assert_eq!(Fp8Row1::for_shape(5120, 6144, 46), Warp4);
         for v in Fp8Row1::ALL {
             assert_eq!(Fp8Row1::parse(v.name()), Some(v));
-            assert_eq!(128 % v.rows_per_block().min(128), 0);
+            // A register-fed warp's rows share one 128-row tile scale; a ring warp reads each
+            // row's own.
+            if v.ring().is_none() {
+                assert_eq!(128 % v.rows_per_warp(5120, 132), 0);
+            }
         }
         assert_eq!(Fp8Row1::parse("auto"), None);
+    }
+
+    #[test]
+    fn ring_forms_cover_the_rows_in_one_wave() {
+        for v in [Fp8Row1::Ring8, Fp8Row1::Ring4] {
+            for (rows, sms) in [(5120, 132), (16384, 132), (1027, 132), (3, 132), (5120, 46)] {
+                let rpb = v.rows_per_block(rows, sms);
+                let blocks = rows.div_ceil(rpb);
+                assert!(blocks <= sms, "{} {rows} rows: {blocks} blocks", v.name());
+                // The fold's partial sums: one per block, every block reaching the barriers.
+                assert_eq!(
+                    super::super::rms_fold::fold_blocks(v, rows, sms),
+                    Some(blocks)
+                );
+            }
+        }
+        // The 27B's 5120-row projections: 5 rows per warp, 128 blocks of 40 rows.
+        assert_eq!(Fp8Row1::Ring8.rows_per_block(5120, 132), 40);
+        assert_eq!(Fp8Row1::Ring8.smem_bytes(), 96 * 1024);
     }
 
     #[test]
@@ -523,7 +658,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 30);
+        assert_eq!(seen.len(), 42);
     }
 
     #[test]
