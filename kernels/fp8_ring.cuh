@@ -6,17 +6,18 @@
 // next kernel's blocks cannot become resident before this one's blocks exit, and every kernel
 // boundary drains HBM and ramps it up again (~3.5 us per 27B GEMV by the session-7 fit). Here
 // the bytes in flight live in shared memory, filled by bulk copies that one lane per warp issues:
-// a block holds few registers and a bounded ring, so the next GEMV's blocks fit beside this
+// a block holds a bounded ring and few registers, so the next GEMV's blocks fit beside this
 // one's, start their copies as soon as this kernel triggers (it is one wave by construction), and
 // HBM keeps streaming across the boundary.
 //
-// Shape: one launch is at most one block per SM (the host picks rows per warp, `rpw`, so that
-// warps x rpw x grid covers the rows). Each warp owns rpw consecutive rows, a contiguous span of
-// weight bytes, and streams it in pieces of at most RING_PIECE bytes that never cross a row end.
-// Piece offsets within a row are multiples of RING_PIECE (a multiple of 512 bytes = 32 chunks),
-// so lane t reads chunks t, t + 32, ... of every row in increasing order, as gemv_fp8_row1 does:
-// the per-lane sums, the warp sums and so the outputs are the same floats as that kernel's.
-// The first S pieces of every warp are requested before pdl_wait (weights only).
+// Shape: one launch is at most one block per SM. Each warp owns `rpw` <= RING_ROWS consecutive
+// rows (the host picks rpw so that the grid fits in one wave) and walks their columns in slabs of
+// 32 chunks (512 bytes): piece p holds chunks 32p..32p+31 of every row of the warp, one bulk copy
+// per row, all completing on the slot's mbarrier. Lane t multiplies chunk 32p + t of every row
+// with one activation load (as the register-fed kernels share one load over their R rows), so it
+// reads chunks t, t + 32, ... of each row in increasing order like gemv_fp8_row1: the per-lane
+// sums, the warp sums and so the outputs are the same floats as that kernel's. The first S pieces
+// are requested before pdl_wait (weights only).
 #pragma once
 #include <stdint.h>
 
@@ -24,8 +25,10 @@
 #include "fp8_row.cuh"
 #include "rms_fold.cuh"
 
-// Bytes of one ring slot (one piece of a row).
-#define RING_PIECE 4096
+// Bytes of one row in one piece (32 lanes x 16 bytes).
+#define RING_SLAB 512
+// Most rows one warp owns (the accumulators are registers).
+#define RING_ROWS 8
 
 // Shared-memory address of a generic pointer into shared memory.
 DEVI uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -35,11 +38,15 @@ DEVI void ring_bar_init(uint64_t* bar) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
 }
 
-// Requests `bytes` of global `src` into shared `dst`; `bar` completes when they have landed.
-DEVI void ring_fetch(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+// The slot's barrier expects `bytes` more before its phase completes (and this arrival).
+DEVI void ring_expect(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
                  "r"(bytes)
                  : "memory");
+}
+
+// Requests `bytes` of global `src` into shared `dst`, counted on `bar` when they land.
+DEVI void ring_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             smem_addr(dst)),
@@ -62,15 +69,9 @@ DEVI void ring_wait(uint64_t* bar, uint32_t parity) {
 }
 #endif
 
-// Piece p of a warp's span: its row (relative to the warp's first row) and byte offset in it.
-DEVI void ring_piece(int p, int ppr, int& row, int& off) {
-    row = p / ppr;
-    off = (p - row * ppr) * RING_PIECE;
-}
-
 // out[row] = W[row] . x for rows [0, rows), W FP8 with tile scales (TILED) or one tensor scale,
 // with the folded norm's halves in `f` as gemv_fp8_row1 (rms_fold.cuh). WARPS warps per block, S
-// ring slots per warp; dynamic shared memory WARPS x S x RING_PIECE bytes.
+// ring slots per warp; dynamic shared memory WARPS x S x rpw x RING_SLAB bytes.
 template <int E5M2, bool TILED, int DEC, int WARPS, int S>
 __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
@@ -84,17 +85,20 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
     __shared__ float wss[WARPS];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     const int row0 = (blockIdx.x * WARPS + wid) * rpw;
-    const int nrows = max(0, min(rpw, rows - row0));
-    const int ppr = (cols + RING_PIECE - 1) / RING_PIECE;
-    const int npieces = nrows * ppr;
-    uint8_t* slots = ring_sh + (size_t)wid * S * RING_PIECE;
+    const int nr = max(0, min(rpw, rows - row0));
+    const int nch = cols >> 4;
+    const int npieces = nr > 0 ? (nch + 31) >> 5 : 0;
+    const int slot_bytes = rpw * RING_SLAB;
+    uint8_t* slots = ring_sh + (size_t)wid * S * slot_bytes;
     uint64_t* bar = bars[wid];
+    // Lane 0: piece p of every row of the warp into slot p % S.
     auto fetch = [&](int p) {
-        int r, off;
-        ring_piece(p, ppr, r, off);
-        const uint32_t bytes = (uint32_t)min(RING_PIECE, cols - off);
-        ring_fetch(slots + (p % S) * RING_PIECE, w + (size_t)(row0 + r) * cols + off, bytes,
-                   bar + p % S);
+        const int off = p * RING_SLAB;
+        const uint32_t bytes = (uint32_t)min(RING_SLAB, cols - off);
+        uint8_t* dst = slots + (p % S) * slot_bytes;
+        ring_expect(bar + p % S, bytes * nr);
+        for (int r = 0; r < nr; r++)
+            ring_copy(dst + r * RING_SLAB, w + (size_t)(row0 + r) * cols + off, bytes, bar + p % S);
     };
     if (lane == 0) {
         for (int s = 0; s < S; s++) ring_bar_init(bar + s);
@@ -112,33 +116,42 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
         rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
         rms_fold_materialize(x, rs, cols, f);
     }
-    const int nch = cols >> 4;
     const int nlane = fp8_lane_chunks(nch);
     const int tcols = (cols + 127) >> 7;
-    float acc = 0.f, sq = 0.f;
+    float acc[RING_ROWS];
+    const float* srow[RING_ROWS];
+#pragma unroll
+    for (int r = 0; r < RING_ROWS; r++) {
+        acc[r] = 0.f;
+        srow[r] = TILED ? sc + (size_t)(min(row0 + r, rows - 1) >> 7) * tcols : nullptr;
+    }
     for (int p = 0; p < npieces; p++) {
-        int r, off;
-        ring_piece(p, ppr, r, off);
-        const int row = row0 + r;
-        const int pch = min(RING_PIECE, cols - off) >> 4;
-        const float* srow = TILED ? sc + (size_t)(row >> 7) * tcols : nullptr;
         ring_wait(bar + p % S, (uint32_t)((p / S) & 1));
-        const uint4* piece = reinterpret_cast<const uint4*>(slots + (p % S) * RING_PIECE);
-#pragma unroll 4
-        for (int k = lane; k < pch; k += 32) {
-            const int c = (off >> 4) + k;
-            const uint4 q = piece[k];
+        const int c = 32 * p + lane;
+        if (c < nch) {
+            const uint8_t* slot = slots + (p % S) * slot_bytes + lane * 16;
             float xv[16];
             load_x16(x, c, nlane, xv);
-            const float d = dot16<E5M2, DEC>(q, xv);
-            acc = TILED ? fmaf(d, __ldg(srow + (c >> 3)), acc) : acc + d;
+#pragma unroll
+            for (int r = 0; r < RING_ROWS; r++) {
+                if (r < nr) {
+                    const uint4 q = *reinterpret_cast<const uint4*>(slot + r * RING_SLAB);
+                    const float d = dot16<E5M2, DEC>(q, xv);
+                    acc[r] = TILED ? fmaf(d, __ldg(srow[r] + (c >> 3)), acc[r]) : acc[r] + d;
+                }
+            }
         }
         // Every lane is done with this slot before its next piece is requested into it.
         __syncwarp();
         if (lane == 0 && p + S < npieces) fetch(p + S);
-        if (off + RING_PIECE >= cols) {
-            float v = warp_sum(acc) * (TILED ? 1.f : tscale) * rs;
-            acc = 0.f;
+    }
+    pdl_trigger_late<1>();
+    float sq = 0.f;
+#pragma unroll
+    for (int r = 0; r < RING_ROWS; r++) {
+        if (r < nr) {
+            const float v = warp_sum(acc[r]) * (TILED ? 1.f : tscale) * rs;
+            const int row = row0 + r;
             if (lane == 0) {
                 out[row] = v;
                 if (f.res) {
@@ -150,7 +163,6 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
             }
         }
     }
-    pdl_trigger_late<1>();
     if (f.res) {
         // The block's sum of squares of its new residual rows: warps in order.
         if (lane == 0) wss[wid] = sq;

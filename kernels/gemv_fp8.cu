@@ -306,8 +306,8 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
-// The ring-fed form (fp8_ring.cuh): WARPS warps per block, S slots of RING_PIECE bytes per warp,
-// one block per SM; `m` carries the rows per warp.
+// The ring-fed form (fp8_ring.cuh): WARPS warps per block, S slots per warp, one block per SM;
+// `m` carries the rows per warp.
 #define FP8_RING(name, sfx, e5m2, tiled, dec, WARPS, S)                                        \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
@@ -320,8 +320,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
     FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_RING(name, ring8##tag, e5m2, tiled, dec, 8, 3)                                          \
-    FP8_RING(name, ring4##tag, e5m2, tiled, dec, 4, 6)
+    FP8_RING(name, ring##tag, e5m2, tiled, dec, 8, 4)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

@@ -85,6 +85,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     for script in [
         "run.sh",
+        "ab.sh",
         "e2e.sh",
         "session.sh",
         "profile.sh",

@@ -246,10 +246,10 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
 /// process-wide switch, so tests running beside it keep theirs), each within the f32 bound of
 /// the CPU and of the float64 reference, and each repeating its result bit for bit (decode
 /// graphs are replayed and compared). Shapes: partial last blocks and row groups for every
-/// variant (1027, 37, 2111, 3 rows; the ring forms at 1, 2 and 4 rows per warp on a 132-SM GPU),
+/// variant (1027, 37, 2111, 3 rows; the ring form at 1 and 2 rows per warp on a 132-SM GPU),
 /// a second column step of every variant (8208 columns = 513 chunks of 16: past 128 threads x 4
-/// and 32 lanes x 2; three ring pieces, the last 16 bytes), partial tiles, and every FP8 kind.
-/// The ring forms read each row's chunks in the same lane order as the register-fed ones, so
+/// and 32 lanes x 2; a last ring piece of 16 bytes), partial tiles, and every FP8 kind.
+/// The ring form reads each row's chunks in the same lane order as the register-fed ones, so
 /// their outputs equal `warp4`'s bit for bit.
 #[test]
 fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9e08cb466cec9375cf2d0b3527fc7bb03405e9ef04aafcc0f780e6bf4ff6a183";
+    "7d477a8f9629f81d2756ea97f00da0f48965b780b141da6778db8aae156876bb";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -37,46 +37,49 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// Streamed through a shared-memory ring by bulk copies (`_ring8`, kernels/fp8_ring.cuh; sm_90
-    /// and later): 8 warps per block, 3 slots of 4 KiB per warp, one block per SM at most, so the
-    /// next kernel's blocks fit beside it and HBM keeps streaming across the boundary.
-    Ring8,
-    /// [`Fp8Row1::Ring8`] with 4 warps per block and 6 slots per warp (`_ring4`).
-    Ring4,
+    /// Streamed through a shared-memory ring by bulk copies (`_ring`, kernels/fp8_ring.cuh; sm_90
+    /// and later): 8 warps per block, each warp up to [`RING_ROWS`] rows in 4 slots of 512 bytes
+    /// per row, one block per SM at most, so the next kernel's blocks fit beside it and HBM keeps
+    /// streaming across the boundary. Only for matrices of at most `8 x 8 x SMs` rows.
+    Ring,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 7] = [
+    pub const ALL: [Fp8Row1; 6] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
-        Fp8Row1::Ring8,
-        Fp8Row1::Ring4,
+        Fp8Row1::Ring,
     ];
 
-    /// The ring forms' warps per block and slots per warp (`None` for the register-fed ones).
+    /// The ring form's warps per block and slots per warp (`None` for the register-fed ones).
     pub fn ring(self) -> Option<(usize, usize)> {
         match self {
-            Fp8Row1::Ring8 => Some((8, 3)),
-            Fp8Row1::Ring4 => Some((4, 6)),
+            Fp8Row1::Ring => Some((8, 4)),
             _ => None,
         }
     }
 
     /// Weight rows one warp covers for a `rows`-row weight on `sms` multiprocessors: fixed for
-    /// the register-fed forms, as many as one block per SM needs for the ring forms.
+    /// the register-fed forms, as many as one block per SM needs for the ring form.
     pub fn rows_per_warp(self, rows: usize, sms: usize) -> usize {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 4,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 8,
-            Fp8Row1::Ring8 | Fp8Row1::Ring4 => {
+            Fp8Row1::Ring => {
                 let warps = self.threads() as usize / 32;
                 rows.div_ceil(warps * sms.max(1)).max(1)
             }
         }
+    }
+
+    /// Whether this variant can take a `rows`-row weight on `sms` multiprocessors (the ring
+    /// form holds at most [`RING_ROWS`] rows per warp).
+    pub fn applies(self, rows: usize, sms: usize) -> bool {
+        self.ring().is_none() || self.rows_per_warp(rows, sms) <= RING_ROWS
     }
 
     /// Weight rows one block covers (see [`Fp8Row1::rows_per_warp`]).
@@ -92,11 +95,11 @@ impl Fp8Row1 {
         }
     }
 
-    /// Dynamic shared memory per block, in bytes (the ring's slots; RING_PIECE in
-    /// kernels/fp8_ring.cuh is 4 KiB).
-    pub fn smem_bytes(self) -> u32 {
-        self.ring()
-            .map_or(0, |(warps, slots)| (warps * slots * RING_PIECE) as u32)
+    /// Dynamic shared memory per block for a `rows`-row weight, in bytes (the ring's slots).
+    pub fn smem_bytes(self, rows: usize, sms: usize) -> u32 {
+        self.ring().map_or(0, |(warps, slots)| {
+            (warps * slots * self.rows_per_warp(rows, sms) * RING_SLAB) as u32
+        })
     }
 
     /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
@@ -107,8 +110,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
-            Fp8Row1::Ring8 => "ring8",
-            Fp8Row1::Ring4 => "ring4",
+            Fp8Row1::Ring => "ring",
         }
     }
 
@@ -127,13 +129,13 @@ impl Fp8Row1 {
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
-    /// `POCKET_FP8_RING=8|4` takes a ring form for every shape below 32K rows instead (not yet
-    /// the default; the caller checks that the GPU has bulk copies).
+    /// `POCKET_FP8_RING=1` takes the ring form wherever it applies instead (not yet the
+    /// default; the caller checks that the GPU has bulk copies).
     pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
-        match RING.get() {
-            Some(ring) if rows < WARP8_END_ROWS => ring,
-            _ => Self::register_fed_for_shape(rows, sms),
+        if RING.get() && Fp8Row1::Ring.applies(rows, sms) {
+            return Fp8Row1::Ring;
         }
+        Self::register_fed_for_shape(rows, sms)
     }
 
     /// [`Fp8Row1::for_shape`] among the register-fed forms.
@@ -168,20 +170,13 @@ pub const DEEP_BLOCKS_PER_SM: usize = 4;
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
 
-/// `POCKET_FP8_RING=8|4`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Ring8`] or
-/// [`Fp8Row1::Ring4`] below 32K rows (unset or anything else: the register-fed forms).
-static RING: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
-    "POCKET_FP8_RING",
-    &[None, Some(Fp8Row1::Ring8), Some(Fp8Row1::Ring4)],
-    |v| match v {
-        Some("8") => Some(Fp8Row1::Ring8),
-        Some("4") => Some(Fp8Row1::Ring4),
-        _ => None,
-    },
-);
+/// `POCKET_FP8_RING=1`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Ring`] wherever it applies.
+static RING: EnvChoice<bool> = EnvChoice::flag("POCKET_FP8_RING", |v| v == Some("1"));
 
-/// Bytes of one ring slot (RING_PIECE in kernels/fp8_ring.cuh).
-const RING_PIECE: usize = 4096;
+/// Bytes of one row in one ring piece (RING_SLAB in kernels/fp8_ring.cuh).
+const RING_SLAB: usize = 512;
+/// Most rows one warp of the ring form owns (RING_ROWS in kernels/fp8_ring.cuh).
+pub const RING_ROWS: usize = 8;
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -312,11 +307,9 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4
-            | Fp8Row1::Warp4Deep
-            | Fp8Row1::Warp4Deep6
-            | Fp8Row1::Ring8
-            | Fp8Row1::Ring4 => Fp8GateUp::Warp2,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Ring => {
+                Fp8GateUp::Warp2
+            }
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -494,12 +487,17 @@ fn launch_row1(
     }
     let k = Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode));
     let sms = be.sm_count() as usize;
-    let smem = variant.smem_bytes();
+    let smem = variant.smem_bytes(p.rows, sms);
     if variant.ring().is_some() {
-        if !bulk_copies(be) {
+        if !bulk_copies(be) || !variant.applies(p.rows, sms) {
             return Err(shape_err(
                 "matmul",
-                format!("the {} FP8 GEMV needs sm_90 or later", variant.name()),
+                format!(
+                    "the {} FP8 GEMV needs sm_90 or later and at most {RING_ROWS} rows per warp \
+                     ({} rows)",
+                    variant.name(),
+                    p.rows
+                ),
             ));
         }
         let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -625,8 +623,9 @@ mod tests {
 
     #[test]
     fn ring_forms_cover_the_rows_in_one_wave() {
-        for v in [Fp8Row1::Ring8, Fp8Row1::Ring4] {
-            for (rows, sms) in [(5120, 132), (16384, 132), (1027, 132), (3, 132), (5120, 46)] {
+        for v in [Fp8Row1::Ring] {
+            for (rows, sms) in [(5120, 132), (8448, 132), (1027, 132), (3, 132), (2944, 46)] {
+                assert!(v.applies(rows, sms), "{rows} rows");
                 let rpb = v.rows_per_block(rows, sms);
                 let blocks = rows.div_ceil(rpb);
                 assert!(blocks <= sms, "{} {rows} rows: {blocks} blocks", v.name());
@@ -637,9 +636,10 @@ mod tests {
                 );
             }
         }
-        // The 27B's 5120-row projections: 5 rows per warp, 128 blocks of 40 rows.
-        assert_eq!(Fp8Row1::Ring8.rows_per_block(5120, 132), 40);
-        assert_eq!(Fp8Row1::Ring8.smem_bytes(), 96 * 1024);
+        assert!(!Fp8Row1::Ring.applies(8449, 132));
+        // The 27B's 5120-row projections: 5 rows per warp, 128 blocks of 40 rows, 80 KiB each.
+        assert_eq!(Fp8Row1::Ring.rows_per_block(5120, 132), 40);
+        assert_eq!(Fp8Row1::Ring.smem_bytes(5120, 132), 80 * 1024);
     }
 
     #[test]
@@ -658,7 +658,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 42);
+        assert_eq!(seen.len(), 36);
     }
 
     #[test]

@@ -48,9 +48,8 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d6"),
-    // The ring-fed forms (`_ring8`, `_ring4`): bulk copies into shared memory before the wait.
-    (ModuleId::GemvFp8, "gemv_fp8_*_ring8"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_ring4"),
+    // The ring-fed form (`_ring`): bulk copies into shared memory before the wait.
+    (ModuleId::GemvFp8, "gemv_fp8_*_ring"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
     (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
