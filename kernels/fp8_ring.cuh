@@ -1,23 +1,27 @@
-// The one-row FP8 decode GEMV streamed through a shared-memory ring (sm_90: cp.async.bulk and
-// mbarrier). Included by gemv_fp8.cu.
+// The one-row FP8 decode GEMV streamed through shared memory (sm_80+: cp.async). Included by
+// gemv_fp8.cu.
 //
 // Why: the register-fed one-row kernels (gemv_fp8_row1) keep their bytes in flight in registers.
 // Their deep forms fill the register file (n1d6: 3 blocks x 128 threads x 168 registers), so the
 // next kernel's blocks cannot become resident before this one's blocks exit, and every kernel
 // boundary drains HBM and ramps it up again (~3.5 us per 27B GEMV by the session-7 fit). Here
-// the bytes in flight live in shared memory, filled by bulk copies that one lane per warp issues:
-// a block holds a bounded ring and few registers, so the next GEMV's blocks fit beside this
-// one's, start their copies as soon as this kernel triggers (it is one wave by construction), and
-// HBM keeps streaming across the boundary.
+// the bytes in flight live in shared memory, filled by asynchronous 16-byte copies: a block
+// holds a bounded ring and few registers, so the next GEMV's blocks fit beside this one's, start
+// their copies as soon as this kernel triggers (it is one wave by construction), and HBM keeps
+// streaming across the boundary.
 //
 // Shape: one launch is at most one block per SM. Each warp owns `rpw` <= RING_ROWS consecutive
 // rows (the host picks rpw so that the grid fits in one wave) and walks their columns in slabs of
-// 32 chunks (512 bytes): piece p holds chunks 32p..32p+31 of every row of the warp, one bulk copy
-// per row, all completing on the slot's mbarrier. Lane t multiplies chunk 32p + t of every row
-// with one activation load (as the register-fed kernels share one load over their R rows), so it
-// reads chunks t, t + 32, ... of each row in increasing order like gemv_fp8_row1: the per-lane
-// sums, the warp sums and so the outputs are the same floats as that kernel's. The first S pieces
-// are requested before pdl_wait (weights only).
+// 32 chunks (512 bytes): piece p holds chunks 32p..32p+31 of every row of the warp, and lane t
+// copies and later multiplies chunk 32p + t of every row, with one activation load for all of
+// them (as the register-fed kernels share one load over their R rows). A lane reads only what it
+// copied, so its own cp.async groups are its only synchronization. Lane t reads chunks t, t + 32,
+// ... of each row in increasing order like gemv_fp8_row1: the per-lane sums, the warp sums and
+// so the outputs are the same floats as that kernel's. The first S pieces are requested before
+// pdl_wait (weights only).
+//
+// (Session 8 first fed the ring with cp.async.bulk and mbarriers, one lane issuing per warp:
+// correct, but 36-47% of HBM bandwidth alone on the 27B shapes.)
 #pragma once
 #include <stdint.h>
 
@@ -30,42 +34,19 @@
 // Most rows one warp owns (the accumulators are registers).
 #define RING_ROWS 8
 
-// Shared-memory address of a generic pointer into shared memory.
-DEVI uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-DEVI void ring_bar_init(uint64_t* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-}
-
-// The slot's barrier expects `bytes` more before its phase completes (and this arrival).
-DEVI void ring_expect(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// 16 bytes of global `src` into shared `dst`, asynchronously (L2 only, as the weights stream).
+DEVI void ring_copy16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src)
                  : "memory");
 }
-
-// Requests `bytes` of global `src` into shared `dst`, counted on `bar` when they land.
-DEVI void ring_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_addr(dst)),
-        "l"(src), "r"(bytes), "r"(smem_addr(bar))
-        : "memory");
-}
-
-// Waits until `bar` has completed the phase of the given parity.
-DEVI void ring_wait(uint64_t* bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{ .reg .pred p;\n\t"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-            "selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(smem_addr(bar)), "r"(parity)
-            : "memory");
-    } while (!done);
+DEVI void ring_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+DEVI void ring_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 #endif
 
@@ -78,9 +59,8 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
                                               const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols, int rpw,
                                               const RmsFold& f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) uint8_t ring_sh[];
-    __shared__ __align__(8) uint64_t bars[WARPS][S];
     __shared__ float fold_sh[1];
     __shared__ float wss[WARPS];
     const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -89,23 +69,21 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
     const int nch = cols >> 4;
     const int npieces = nr > 0 ? (nch + 31) >> 5 : 0;
     const int slot_bytes = rpw * RING_SLAB;
-    uint8_t* slots = ring_sh + (size_t)wid * S * slot_bytes;
-    uint64_t* bar = bars[wid];
-    // Lane 0: piece p of every row of the warp into slot p % S.
+    // This lane's 16 bytes of row 0 in slot 0; row r of slot s is + s * slot_bytes + r * 512.
+    uint8_t* mine = ring_sh + (size_t)wid * S * slot_bytes + lane * 16;
+    const uint8_t* wl = w + (size_t)row0 * cols + lane * 16;
+    // Piece p: this lane's chunk 32p + lane of every row of the warp into slot p % S, as one
+    // commit group (empty past the end, so the group count stays in step).
     auto fetch = [&](int p) {
-        const int off = p * RING_SLAB;
-        const uint32_t bytes = (uint32_t)min(RING_SLAB, cols - off);
-        uint8_t* dst = slots + (p % S) * slot_bytes;
-        ring_expect(bar + p % S, bytes * nr);
-        for (int r = 0; r < nr; r++)
-            ring_copy(dst + r * RING_SLAB, w + (size_t)(row0 + r) * cols + off, bytes, bar + p % S);
+        if (p < npieces && 32 * p + lane < nch) {
+            uint8_t* dst = mine + (p % S) * slot_bytes;
+            for (int r = 0; r < nr; r++)
+                ring_copy16(dst + r * RING_SLAB, wl + (size_t)r * cols + p * RING_SLAB);
+        }
+        ring_commit();
     };
-    if (lane == 0) {
-        for (int s = 0; s < S; s++) ring_bar_init(bar + s);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int p = 0; p < min(S, npieces); p++) fetch(p);
-    }
-    __syncwarp();
+#pragma unroll
+    for (int p = 0; p < S; p++) fetch(p);
     // The activation is the previous kernel's output: read it only after the wait.
     pdl_wait();
     pdl_trigger_early<1>();
@@ -126,10 +104,11 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
         srow[r] = TILED ? sc + (size_t)(min(row0 + r, rows - 1) >> 7) * tcols : nullptr;
     }
     for (int p = 0; p < npieces; p++) {
-        ring_wait(bar + p % S, (uint32_t)((p / S) & 1));
+        // Each lane reads only the bytes it copied itself: its own groups are all it waits for.
+        ring_wait<S - 1>();
         const int c = 32 * p + lane;
         if (c < nch) {
-            const uint8_t* slot = slots + (p % S) * slot_bytes + lane * 16;
+            const uint8_t* slot = mine + (p % S) * slot_bytes;
             float xv[16];
             load_x16(x, c, nlane, xv);
 #pragma unroll
@@ -141,9 +120,7 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
                 }
             }
         }
-        // Every lane is done with this slot before its next piece is requested into it.
-        __syncwarp();
-        if (lane == 0 && p + S < npieces) fetch(p + S);
+        fetch(p + S);
     }
     pdl_trigger_late<1>();
     float sq = 0.f;
@@ -174,6 +151,6 @@ __device__ __forceinline__ void gemv_fp8_ring(const uint8_t* __restrict__ w,
         }
     }
 #else
-    __trap();  // the host launches these only on sm_90 and later
+    __trap();  // the host launches these only on sm_80 and later
 #endif
 }

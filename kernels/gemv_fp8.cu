@@ -320,7 +320,8 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
     FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_RING(name, ring##tag, e5m2, tiled, dec, 8, 4)
+    FP8_RING(name, ring##tag, e5m2, tiled, dec, 8, 4)                                           \
+    FP8_RING(name, ringd##tag, e5m2, tiled, dec, 8, 8)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

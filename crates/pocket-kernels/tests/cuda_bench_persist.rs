@@ -100,9 +100,9 @@ fn bench_persistent_fp8_chain() {
     }
 
     // The launched chain as the engine runs it: a graph with programmatic dependent launch, with
-    // the per-shape variant and with the ring form (kernels/fp8_ring.cuh).
+    // the per-shape variant and with each ring form (kernels/fp8_ring.cuh).
     let mut launched = Vec::new();
-    for forced in [None, Some(Fp8Row1::Ring)] {
+    for forced in [None, Some(Fp8Row1::Ring), Some(Fp8Row1::RingDeep)] {
         be.set_fp8_gemv(forced);
         let graph = capture(&be, || {
             for l in 0..layers {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "7d477a8f9629f81d2756ea97f00da0f48965b780b141da6778db8aae156876bb";
+    "1dbbe85670aaf4e677c9981ee6d8db2b994c118d29f4958f8f1ff763d63bd1fe";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -37,28 +37,32 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// Streamed through a shared-memory ring by bulk copies (`_ring`, kernels/fp8_ring.cuh; sm_90
-    /// and later): 8 warps per block, each warp up to [`RING_ROWS`] rows in 4 slots of 512 bytes
-    /// per row, one block per SM at most, so the next kernel's blocks fit beside it and HBM keeps
-    /// streaming across the boundary. Only for matrices of at most `8 x 8 x SMs` rows.
+    /// Streamed through shared memory by asynchronous copies (`_ring`, kernels/fp8_ring.cuh;
+    /// sm_80 and later): 8 warps per block, each warp up to [`RING_ROWS`] rows in 4 slots of 512
+    /// bytes per row, one block per SM at most, so the next kernel's blocks fit beside it and HBM
+    /// keeps streaming across the boundary. Only for matrices of at most `8 x 8 x SMs` rows.
     Ring,
+    /// [`Fp8Row1::Ring`] with 8 slots (`_ringd`: twice the bytes in flight and the shared memory).
+    RingDeep,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 6] = [
+    pub const ALL: [Fp8Row1; 7] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
         Fp8Row1::Ring,
+        Fp8Row1::RingDeep,
     ];
 
     /// The ring form's warps per block and slots per warp (`None` for the register-fed ones).
     pub fn ring(self) -> Option<(usize, usize)> {
         match self {
             Fp8Row1::Ring => Some((8, 4)),
+            Fp8Row1::RingDeep => Some((8, 8)),
             _ => None,
         }
     }
@@ -69,7 +73,7 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 4,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 8,
-            Fp8Row1::Ring => {
+            Fp8Row1::Ring | Fp8Row1::RingDeep => {
                 let warps = self.threads() as usize / 32;
                 rows.div_ceil(warps * sms.max(1)).max(1)
             }
@@ -111,6 +115,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
             Fp8Row1::Ring => "ring",
+            Fp8Row1::RingDeep => "ringd",
         }
     }
 
@@ -129,13 +134,13 @@ impl Fp8Row1 {
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
-    /// `POCKET_FP8_RING=1` takes the ring form wherever it applies instead (not yet the
-    /// default; the caller checks that the GPU has bulk copies).
+    /// `POCKET_FP8_RING=1|d` takes a ring form wherever it applies instead (not yet the
+    /// default; the caller checks that the GPU has async copies).
     pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
-        if RING.get() && Fp8Row1::Ring.applies(rows, sms) {
-            return Fp8Row1::Ring;
+        match RING.get() {
+            Some(ring) if ring.applies(rows, sms) => ring,
+            _ => Self::register_fed_for_shape(rows, sms),
         }
-        Self::register_fed_for_shape(rows, sms)
     }
 
     /// [`Fp8Row1::for_shape`] among the register-fed forms.
@@ -170,8 +175,17 @@ pub const DEEP_BLOCKS_PER_SM: usize = 4;
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
 
-/// `POCKET_FP8_RING=1`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Ring`] wherever it applies.
-static RING: EnvChoice<bool> = EnvChoice::flag("POCKET_FP8_RING", |v| v == Some("1"));
+/// `POCKET_FP8_RING=1` (or `d`): [`Fp8Row1::for_shape`] takes [`Fp8Row1::Ring`] (or
+/// [`Fp8Row1::RingDeep`]) wherever it applies.
+static RING: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
+    "POCKET_FP8_RING",
+    &[None, Some(Fp8Row1::Ring), Some(Fp8Row1::RingDeep)],
+    |v| match v {
+        Some("1") => Some(Fp8Row1::Ring),
+        Some("d") => Some(Fp8Row1::RingDeep),
+        _ => None,
+    },
+);
 
 /// Bytes of one row in one ring piece (RING_SLAB in kernels/fp8_ring.cuh).
 const RING_SLAB: usize = 512;
@@ -307,9 +321,11 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Ring => {
-                Fp8GateUp::Warp2
-            }
+            Fp8Row1::Warp4
+            | Fp8Row1::Warp4Deep
+            | Fp8Row1::Warp4Deep6
+            | Fp8Row1::Ring
+            | Fp8Row1::RingDeep => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -445,16 +461,16 @@ pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row
     let v = ROW1
         .get()
         .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, sms));
-    if v.ring().is_some() && !bulk_copies(be) {
-        // Before sm_90 the ring kernels only trap: the per-shape register-fed form instead.
+    if v.ring().is_some() && !async_copies(be) {
+        // Before sm_80 the ring kernels only trap: the per-shape register-fed form instead.
         return Fp8Row1::register_fed_for_shape(rows, sms);
     }
     v
 }
 
-/// Whether the GPU has the bulk copies and transaction barriers of the ring forms (sm_90+).
-fn bulk_copies(be: &CudaBackend) -> bool {
-    be.compute_capability().0 >= 9
+/// Whether the GPU has the asynchronous copies of the ring forms (sm_80+).
+fn async_copies(be: &CudaBackend) -> bool {
+    be.compute_capability().0 >= 8
 }
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
@@ -489,11 +505,11 @@ fn launch_row1(
     let sms = be.sm_count() as usize;
     let smem = variant.smem_bytes(p.rows, sms);
     if variant.ring().is_some() {
-        if !bulk_copies(be) || !variant.applies(p.rows, sms) {
+        if !async_copies(be) || !variant.applies(p.rows, sms) {
             return Err(shape_err(
                 "matmul",
                 format!(
-                    "the {} FP8 GEMV needs sm_90 or later and at most {RING_ROWS} rows per warp \
+                    "the {} FP8 GEMV needs sm_80 or later and at most {RING_ROWS} rows per warp \
                      ({} rows)",
                     variant.name(),
                     p.rows
@@ -623,7 +639,7 @@ mod tests {
 
     #[test]
     fn ring_forms_cover_the_rows_in_one_wave() {
-        for v in [Fp8Row1::Ring] {
+        for v in [Fp8Row1::Ring, Fp8Row1::RingDeep] {
             for (rows, sms) in [(5120, 132), (8448, 132), (1027, 132), (3, 132), (2944, 46)] {
                 assert!(v.applies(rows, sms), "{rows} rows");
                 let rpb = v.rows_per_block(rows, sms);
@@ -658,7 +674,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 36);
+        assert_eq!(seen.len(), 42);
     }
 
     #[test]

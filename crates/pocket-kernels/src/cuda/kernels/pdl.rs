@@ -48,8 +48,9 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d6"),
-    // The ring-fed form (`_ring`): bulk copies into shared memory before the wait.
+    // The ring-fed forms (`_ring`, `_ringd`): async copies into shared memory before the wait.
     (ModuleId::GemvFp8, "gemv_fp8_*_ring"),
+    (ModuleId::GemvFp8, "gemv_fp8_*_ringd"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
     (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
