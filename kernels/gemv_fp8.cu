@@ -43,7 +43,6 @@
 #include "fp8_row.cuh"
 #include "gate_math.cuh"
 #include "rms_fold.cuh"
-#include "fp8_ring.cuh"
 
 #define FP8_NB_WARPS 4
 #define FP8_NB_ROWS 4
@@ -306,22 +305,12 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
-// The ring-fed form (fp8_ring.cuh): WARPS warps per block, S slots per warp, one block per SM;
-// `m` carries the rows per warp.
-#define FP8_RING(name, sfx, e5m2, tiled, dec, WARPS, S)                                        \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                \
-        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_ring<e5m2, tiled, dec, WARPS, S>(w, sc, tscale, x, out, rows, cols, m, f);    \
-    }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
-    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_RING(name, ring##tag, e5m2, tiled, dec, 8, 4)                                           \
-    FP8_RING(name, ringd##tag, e5m2, tiled, dec, 8, 8)
+    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

@@ -9,7 +9,6 @@
 //! forms are first checked against the launched GEMVs on one layer.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::Fp8Row1;
 use pocket_kernels::{Backend, DType, HostBytes, Weight};
 use pocket_quant::QuantFormat;
 
@@ -99,21 +98,14 @@ fn bench_persistent_fp8_chain() {
         );
     }
 
-    // The launched chain as the engine runs it: a graph with programmatic dependent launch, with
-    // the per-shape variant and with each ring form (kernels/fp8_ring.cuh).
-    let mut launched = Vec::new();
-    for forced in [None, Some(Fp8Row1::Ring), Some(Fp8Row1::RingDeep)] {
-        be.set_fp8_gemv(forced);
-        let graph = capture(&be, || {
-            for l in 0..layers {
-                be.matmul(&xa, &w1s[l], &mut xb).unwrap();
-                be.matmul(&xb, &w2s[l], &mut xa).unwrap();
-            }
-        });
-        let name = forced.map_or("launched", |v| v.name());
-        launched.push((name, time_ms(&be, 3, 30, |_| graph.replay().unwrap())));
-    }
-    be.set_fp8_gemv(None);
+    // The launched chain as the engine runs it: a graph with programmatic dependent launch.
+    let graph = capture(&be, || {
+        for l in 0..layers {
+            be.matmul(&xa, &w1s[l], &mut xb).unwrap();
+            be.matmul(&xb, &w2s[l], &mut xa).unwrap();
+        }
+    });
+    let launched = time_ms(&be, 3, 30, |_| graph.replay().unwrap());
     let mut persistent = [0f64; 2];
     for (i, preload) in [true, false].into_iter().enumerate() {
         persistent[i] = time_ms(&be, 3, 30, |_| {
@@ -139,9 +131,7 @@ fn bench_persistent_fp8_chain() {
         )
     };
     println!("\n==== summary: persistent chain against launches ====");
-    for (name, ms) in launched {
-        println!("{}", line(name, ms));
-    }
+    println!("{}", line("launched", launched));
     println!("{}", line("persistent", persistent[0]));
     println!("{}", line("persist-late", persistent[1]));
     println!("gemv persist grid barrier ({blocks} blocks): {barrier_us:.2} us each");

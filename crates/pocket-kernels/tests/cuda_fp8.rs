@@ -246,11 +246,8 @@ fn fp8_partial_tiles_and_other_kinds_match_cpu() {
 /// process-wide switch, so tests running beside it keep theirs), each within the f32 bound of
 /// the CPU and of the float64 reference, and each repeating its result bit for bit (decode
 /// graphs are replayed and compared). Shapes: partial last blocks and row groups for every
-/// variant (1027, 37, 2111, 3 rows; the ring form at 1 and 2 rows per warp on a 132-SM GPU),
-/// a second column step of every variant (8208 columns = 513 chunks of 16: past 128 threads x 4
-/// and 32 lanes x 2; a last ring piece of 16 bytes), partial tiles, and every FP8 kind.
-/// The ring form reads each row's chunks in the same lane order as the register-fed ones, so
-/// their outputs equal `warp4`'s bit for bit.
+/// variant (1027, 37, 3 rows), a second column step of every variant (8208 columns = 513 chunks
+/// of 16: past 128 threads x 4 and 32 lanes x 2), partial tiles, and every FP8 kind.
 #[test]
 fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
     let be = match CudaBackend::new(0) {
@@ -262,7 +259,7 @@ fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
     };
     let cpu = Device::open(DeviceKind::Cpu).unwrap();
     let mut f = Vec::new();
-    for (si, &(rows, cols)) in [(1027usize, 5120usize), (37, 8208), (2111, 4112), (3, 16)]
+    for (si, &(rows, cols)) in [(1027usize, 5120usize), (37, 8208), (131, 4112), (3, 16)]
         .iter()
         .enumerate()
     {
@@ -306,7 +303,6 @@ fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
                 let exact: f64 = wr.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
                 (exact, bound(1, false, wr, &x))
             });
-            let mut warp4 = None;
             for variant in Fp8Row1::ALL {
                 for bits in [false, true] {
                     let label = format!(
@@ -344,12 +340,6 @@ fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
                         || bits_of(&runs[0]) != bits_of(&runs[2])
                     {
                         f.push(format!("{label}: repeated GEMVs differ"));
-                    }
-                    if variant == Fp8Row1::Warp4 && !bits {
-                        warp4 = Some(bits_of(&runs[0]));
-                    }
-                    if variant.ring().is_some() && !bits && warp4 != Some(bits_of(&runs[0])) {
-                        f.push(format!("{label}: differs from warp4's floats"));
                     }
                     eprintln!("{label:50}: worst |gpu - cpu| / bound = {worst:.3}");
                 }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "1dbbe85670aaf4e677c9981ee6d8db2b994c118d29f4958f8f1ff763d63bd1fe";
+    "148ffbea1cfe7420f90c0f4480546cc9b26c12561605daf8cd6acbf874a133ba";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -13,7 +13,6 @@ use super::switch::{EnvChoice, EnvSwitch};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
-use cudarc::driver::sys::CUfunction_attribute;
 
 /// Weight rows one GEMV block covers (4 warps x 4 rows, the `n4`/`n8` kernels).
 const GEMV_BLOCK_ROWS: usize = 16;
@@ -37,73 +36,24 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// Streamed through shared memory by asynchronous copies (`_ring`, kernels/fp8_ring.cuh;
-    /// sm_80 and later): 8 warps per block, each warp up to [`RING_ROWS`] rows in 4 slots of 512
-    /// bytes per row, one block per SM at most, so the next kernel's blocks fit beside it and HBM
-    /// keeps streaming across the boundary. Only for matrices of at most `8 x 8 x SMs` rows.
-    Ring,
-    /// [`Fp8Row1::Ring`] with 8 slots (`_ringd`: twice the bytes in flight and the shared memory).
-    RingDeep,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 7] = [
+    pub const ALL: [Fp8Row1; 5] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
-        Fp8Row1::Ring,
-        Fp8Row1::RingDeep,
     ];
 
-    /// The ring form's warps per block and slots per warp (`None` for the register-fed ones).
-    pub fn ring(self) -> Option<(usize, usize)> {
+    /// Weight rows one 128-thread block covers.
+    pub fn rows_per_block(self) -> usize {
         match self {
-            Fp8Row1::Ring => Some((8, 4)),
-            Fp8Row1::RingDeep => Some((8, 8)),
-            _ => None,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
-    }
-
-    /// Weight rows one warp covers for a `rows`-row weight on `sms` multiprocessors: fixed for
-    /// the register-fed forms, as many as one block per SM needs for the ring form.
-    pub fn rows_per_warp(self, rows: usize, sms: usize) -> usize {
-        match self {
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 4,
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 8,
-            Fp8Row1::Ring | Fp8Row1::RingDeep => {
-                let warps = self.threads() as usize / 32;
-                rows.div_ceil(warps * sms.max(1)).max(1)
-            }
-        }
-    }
-
-    /// Whether this variant can take a `rows`-row weight on `sms` multiprocessors (the ring
-    /// form holds at most [`RING_ROWS`] rows per warp).
-    pub fn applies(self, rows: usize, sms: usize) -> bool {
-        self.ring().is_none() || self.rows_per_warp(rows, sms) <= RING_ROWS
-    }
-
-    /// Weight rows one block covers (see [`Fp8Row1::rows_per_warp`]).
-    pub fn rows_per_block(self, rows: usize, sms: usize) -> usize {
-        self.rows_per_warp(rows, sms) * self.threads() as usize / 32
-    }
-
-    /// Threads per block.
-    pub fn threads(self) -> u32 {
-        match self.ring() {
-            Some((warps, _)) => 32 * warps as u32,
-            None => GEMV_BLOCK_THREADS,
-        }
-    }
-
-    /// Dynamic shared memory per block for a `rows`-row weight, in bytes (the ring's slots).
-    pub fn smem_bytes(self, rows: usize, sms: usize) -> u32 {
-        self.ring().map_or(0, |(warps, slots)| {
-            (warps * slots * self.rows_per_warp(rows, sms) * RING_SLAB) as u32
-        })
     }
 
     /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
@@ -114,8 +64,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
-            Fp8Row1::Ring => "ring",
-            Fp8Row1::RingDeep => "ringd",
         }
     }
 
@@ -134,17 +82,7 @@ impl Fp8Row1 {
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
-    /// `POCKET_FP8_RING=1|d` takes a ring form wherever it applies instead (not yet the
-    /// default; the caller checks that the GPU has async copies).
     pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
-        match RING.get() {
-            Some(ring) if ring.applies(rows, sms) => ring,
-            _ => Self::register_fed_for_shape(rows, sms),
-        }
-    }
-
-    /// [`Fp8Row1::for_shape`] among the register-fed forms.
-    fn register_fed_for_shape(rows: usize, sms: usize) -> Fp8Row1 {
         let (plain, deep) = if rows >= WARP8_END_ROWS {
             return Fp8Row1::Warp4;
         } else if rows >= WARP8_MIN_ROWS {
@@ -152,7 +90,7 @@ impl Fp8Row1 {
         } else {
             (Fp8Row1::Warp4, Fp8Row1::Warp4Deep)
         };
-        let blocks = rows.div_ceil(deep.rows_per_block(rows, sms));
+        let blocks = rows.div_ceil(deep.rows_per_block());
         if !DEEP.on() || blocks > DEEP_BLOCKS_PER_SM * sms {
             plain
         } else if deep == Fp8Row1::Warp4Deep && DEEP6.on() && blocks <= DEEP6_BLOCKS_PER_SM * sms {
@@ -174,23 +112,6 @@ pub const DEEP_BLOCKS_PER_SM: usize = 4;
 
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
-
-/// `POCKET_FP8_RING=1` (or `d`): [`Fp8Row1::for_shape`] takes [`Fp8Row1::Ring`] (or
-/// [`Fp8Row1::RingDeep`]) wherever it applies.
-static RING: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
-    "POCKET_FP8_RING",
-    &[None, Some(Fp8Row1::Ring), Some(Fp8Row1::RingDeep)],
-    |v| match v {
-        Some("1") => Some(Fp8Row1::Ring),
-        Some("d") => Some(Fp8Row1::RingDeep),
-        _ => None,
-    },
-);
-
-/// Bytes of one row in one ring piece (RING_SLAB in kernels/fp8_ring.cuh).
-const RING_SLAB: usize = 512;
-/// Most rows one warp of the ring form owns (RING_ROWS in kernels/fp8_ring.cuh).
-pub const RING_ROWS: usize = 8;
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -321,11 +242,7 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4
-            | Fp8Row1::Warp4Deep
-            | Fp8Row1::Warp4Deep6
-            | Fp8Row1::Ring
-            | Fp8Row1::RingDeep => Fp8GateUp::Warp2,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -457,20 +374,8 @@ impl GemvRows {
 /// The one-row variant for a `rows x cols` weight on `be`: the forced one, else the per-shape
 /// choice.
 pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row1 {
-    let sms = be.sm_count() as usize;
-    let v = ROW1
-        .get()
-        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, sms));
-    if v.ring().is_some() && !async_copies(be) {
-        // Before sm_80 the ring kernels only trap: the per-shape register-fed form instead.
-        return Fp8Row1::register_fed_for_shape(rows, sms);
-    }
-    v
-}
-
-/// Whether the GPU has the asynchronous copies of the ring forms (sm_80+).
-fn async_copies(be: &CudaBackend) -> bool {
-    be.compute_capability().0 >= 8
+    ROW1.get()
+        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
 }
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
@@ -501,42 +406,11 @@ fn launch_row1(
     if p.rows == 0 {
         return Ok(());
     }
-    let k = Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode));
-    let sms = be.sm_count() as usize;
-    let smem = variant.smem_bytes(p.rows, sms);
-    if variant.ring().is_some() {
-        if !async_copies(be) || !variant.applies(p.rows, sms) {
-            return Err(shape_err(
-                "matmul",
-                format!(
-                    "the {} FP8 GEMV needs sm_80 or later and at most {RING_ROWS} rows per warp \
-                     ({} rows)",
-                    variant.name(),
-                    p.rows
-                ),
-            ));
-        }
-        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        be.kernels
-            .get(k)?
-            .set_attribute(attr, smem as i32)
-            .map_err(|e| shape_err("matmul", format!("{} shared memory: {e}", variant.name())))?;
-    }
-    // The ring kernels take their rows per warp where the others take the activation rows (1).
-    let m = match variant.ring() {
-        Some(_) => variant.rows_per_warp(p.rows, sms),
-        None => 1,
-    };
-    be.launch_smem(
+    be.launch(
         "matmul",
-        k,
-        (
-            p.rows.div_ceil(variant.rows_per_block(p.rows, sms)) as u32,
-            1,
-            1,
-        ),
-        variant.threads(),
-        smem,
+        Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode)),
+        (p.rows.div_ceil(variant.rows_per_block()) as u32, 1, 1),
+        GEMV_BLOCK_THREADS,
         args![
             p.w,
             p.scales,
@@ -545,7 +419,7 @@ fn launch_row1(
             p.out,
             p.rows as i32,
             p.cols as i32,
-            m as i32,
+            1i32,
             fold
         ],
     )
@@ -569,7 +443,7 @@ pub(crate) fn gemv(
         let variant = row1_variant(be, rows, cols);
         // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs): read x * g
         // from the fold scratch instead.
-        let whole = rms_fold::fold_blocks(variant, rows, be.sm_count() as usize).is_some();
+        let whole = rms_fold::fold_blocks(variant, rows).is_some();
         let (x, fold) = rms_fold::take_for_consumer(be, x, cols, whole, (out, 4 * rows))?
             .unwrap_or((x, RmsFoldArgs::default()));
         let p = Fp8Call {
@@ -628,34 +502,9 @@ mod tests {
         assert_eq!(Fp8Row1::for_shape(5120, 6144, 46), Warp4);
         for v in Fp8Row1::ALL {
             assert_eq!(Fp8Row1::parse(v.name()), Some(v));
-            // A register-fed warp's rows share one 128-row tile scale; a ring warp reads each
-            // row's own.
-            if v.ring().is_none() {
-                assert_eq!(128 % v.rows_per_warp(5120, 132), 0);
-            }
+            assert_eq!(128 % v.rows_per_block().min(128), 0);
         }
         assert_eq!(Fp8Row1::parse("auto"), None);
-    }
-
-    #[test]
-    fn ring_forms_cover_the_rows_in_one_wave() {
-        for v in [Fp8Row1::Ring, Fp8Row1::RingDeep] {
-            for (rows, sms) in [(5120, 132), (8448, 132), (1027, 132), (3, 132), (2944, 46)] {
-                assert!(v.applies(rows, sms), "{rows} rows");
-                let rpb = v.rows_per_block(rows, sms);
-                let blocks = rows.div_ceil(rpb);
-                assert!(blocks <= sms, "{} {rows} rows: {blocks} blocks", v.name());
-                // The fold's partial sums: one per block, every block reaching the barriers.
-                assert_eq!(
-                    super::super::rms_fold::fold_blocks(v, rows, sms),
-                    Some(blocks)
-                );
-            }
-        }
-        assert!(!Fp8Row1::Ring.applies(8449, 132));
-        // The 27B's 5120-row projections: 5 rows per warp, 128 blocks of 40 rows, 80 KiB each.
-        assert_eq!(Fp8Row1::Ring.rows_per_block(5120, 132), 40);
-        assert_eq!(Fp8Row1::Ring.smem_bytes(5120, 132), 80 * 1024);
     }
 
     #[test]
@@ -674,7 +523,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 42);
+        assert_eq!(seen.len(), 30);
     }
 
     #[test]

@@ -70,13 +70,11 @@ fn scratch_ptrs(be: &CudaBackend, op: &'static str) -> Result<(u64, u64)> {
     Ok((base, base + 4 * MAX_DIM as u64))
 }
 
-/// The blocks `variant` launches for a `rows`-row weight on `sms` multiprocessors if a fold may
-/// use it: whole blocks only for the register-fed forms (a warp past the last row returns before
-/// the fold's barriers); every block of a ring form reaches them.
-pub(crate) fn fold_blocks(variant: Fp8Row1, rows: usize, sms: usize) -> Option<usize> {
-    let rpb = variant.rows_per_block(rows, sms);
-    let whole = rows.is_multiple_of(rpb) || variant.ring().is_some();
-    (rows > 0 && whole).then(|| rows.div_ceil(rpb))
+/// The blocks `variant` launches for a `rows`-row weight if a fold may use it: whole blocks
+/// only (the fold's barriers need every warp of a block).
+pub(crate) fn fold_blocks(variant: Fp8Row1, rows: usize) -> Option<usize> {
+    let rpb = variant.rows_per_block();
+    (rows > 0 && rows.is_multiple_of(rpb)).then_some(rows / rpb)
 }
 
 /// [`crate::Backend::matmul_add_rms_norm`] as a producer fold: `Ok(false)` (nothing launched)
@@ -110,8 +108,7 @@ pub(crate) fn produce(
             .iter()
             .all(|t| t.dtype == DType::F32);
     let variant = super::gemv_fp8::row1_variant(be, w.rows, w.cols);
-    let sms = be.sm_count() as usize;
-    let Some(blocks) = fold_blocks(variant, d, sms).filter(|&b| b <= MAX_PARTS) else {
+    let Some(blocks) = fold_blocks(variant, d).filter(|&b| b <= MAX_PARTS) else {
         return Ok(false);
     };
     if !FOLD.get() || !shapes_fit {
