@@ -75,6 +75,9 @@ pub(crate) struct Scratch {
     pub deltanet_counters: Option<CudaStorage>,
     /// The folded norm's x * g row and per-block sums of squares (cuda/rms_fold.rs).
     pub rms_fold: Option<CudaStorage>,
+    /// The column-split FP8 GEMV's half-sums and arrival counters (zeroed once; every launch
+    /// leaves them zero; cuda/gemv_fp8.rs).
+    pub fp8_split: Option<CudaStorage>,
 }
 
 impl Scratch {
@@ -387,6 +390,16 @@ impl CudaBackend {
             }
         }
         self.read_u32(t)
+    }
+
+    /// Zeroes `bytes` of device memory at `ptr` on the stream (inside a capture: a memset node).
+    pub(crate) fn zero_async(&self, op: &'static str, ptr: u64, bytes: usize) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| memory::cuda_err(op, e))?;
+        // SAFETY: the caller owns `bytes` bytes of live device memory at `ptr`.
+        unsafe { dr::memset_d8_async(ptr, 0, bytes, self.stream.cu_stream()) }
+            .map_err(|e| memory::cuda_err(op, e))
     }
 
     /// Launches kernel `k` for `op`; errors name both, plus the grid.

@@ -18,11 +18,8 @@
 //!
 //! `POCKET_DELTANET_SPLIT=0` forces the key-head layout and `=1` the value-head one (A/B).
 
-use cudarc::driver::result as dr;
-
 use super::super::kernels::Kernel;
 use super::super::kernels::{Artifact, DevFormat};
-use super::super::memory::cuda_err;
 use super::super::switch::{EnvChoice, EnvSwitch};
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs, CONV_MAX_K};
@@ -286,10 +283,7 @@ fn counters(be: &CudaBackend, op: &'static str, n: usize) -> Result<u64> {
         let bytes = 4 * n.max(MIN_COUNTERS);
         *slot = None;
         let c = be.pool.alloc(bytes)?;
-        be.ctx.bind_to_thread().map_err(|e| cuda_err(op, e))?;
-        // SAFETY: `c` is a live device block of `bytes` bytes.
-        unsafe { dr::memset_d8_async(c.ptr(), 0, bytes, be.stream.cu_stream()) }
-            .map_err(|e| cuda_err(op, e))?;
+        be.zero_async(op, c.ptr(), bytes)?;
         *slot = Some(c);
     }
     Ok(slot.as_ref().map_or(0, |c| c.ptr()))
