@@ -81,69 +81,7 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
         rms_fold_materialize(x, rs, cols, f);
     }
     if (mine) out[row0 + lane] = v;
-    if (f.res) rms_fold_produce(v, mine, row0 + lane, f, blockIdx.x);
-}
-
-// ---- one activation row, columns split over two blocks ---------------------------------------
-// gemv_fp8_row1 for matrices with few rows (the 27B's 5120-row projections: 320 blocks of 16
-// rows, 2.4 per SM, latency-bound): blocks 2g and 2g + 1 both take row group g (16 rows), each
-// one half of the columns (the host checks cols % 256 == 0, so each half is whole 128-column
-// tiles), which doubles the warps and bytes in flight per SM at the same registers. Each block
-// writes its half-sums to part[h * rows + row]; the second block of the pair to arrive at
-// cnt[g] (an atomic add after a fence) adds the two halves, h0 + h1 in that order whoever
-// arrives last (deterministic), runs the epilogue and sets cnt[g] back to 0 (graph replays find
-// it zero). No block waits for another. A folded norm's consumer half (its scale and its share
-// of `normed`) runs in every block; the producer half in the finishing block, one partial sum
-// per row group (parts_out[g]). Warps past the last row run on clamped rows and write nothing,
-// so every thread reaches every barrier.
-template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
-__device__ __forceinline__ void gemv_fp8_row1_split2(const uint8_t* __restrict__ w,
-                                                     const float* __restrict__ sc, float tscale,
-                                                     const float* __restrict__ x,
-                                                     float* __restrict__ out, int rows, int cols,
-                                                     const RmsFold& f, float* __restrict__ part,
-                                                     unsigned* __restrict__ cnt) {
-    static_assert(128 % R == 0 && R <= 32, "row group shape");
-    __shared__ float fold_sh[1];
-    __shared__ int last_sh;
-    const int tid = threadIdx.x, lane = tid & 31;
-    const int h = blockIdx.x & 1, grp = blockIdx.x >> 1;
-    const int row0 = (grp * (FP8R_THREADS / 32) + tid / 32) * R;
-    const int half = cols >> 5;  // chunks per half
-    const uint4* wr[R];
-    const float* srow[1];
-    row1_group<TILED, R>(w, sc, rows, cols, min(row0, rows - 1), wr, srow);
-#pragma unroll
-    for (int r = 0; r < R; r++) wr[r] += h * half;
-    if (TILED) srow[0] += (h * half) >> 3;
-    float acc[R];
-    float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB>(wr, srow, x + 16 * h * half, half, lane, acc,
-                                                     [&] {
-        if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
-    });
-    pdl_trigger_late<MINB>();
-    float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
-    const bool mine = lane < R && row0 + lane < rows;
-    float rs = 1.f;
-    if (f.parts_in) {
-        rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
-        rms_fold_materialize(x, rs, cols, f);
-    }
-    if (mine) part[h * rows + row0 + lane] = v;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        const unsigned before = atomicAdd(cnt + grp, 1u);
-        last_sh = before == 1;
-        if (before == 1) cnt[grp] = 0;
-    }
-    __syncthreads();
-    if (!last_sh) return;  // the pair's other block finishes the row group
-    __threadfence();
-    if (mine) v = (__ldcg(part + row0 + lane) + __ldcg(part + rows + row0 + lane)) * rs;
-    if (mine) out[row0 + lane] = v;
-    if (f.res) rms_fold_produce(v, mine, row0 + lane, f, grp);
+    if (f.res) rms_fold_produce(v, mine, row0 + lane, f);
 }
 
 // ---- one activation row of a stacked [gate; up] weight, SwiGLU epilogue ----------------------
@@ -367,22 +305,12 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
-// The column-split form (gemv_fp8_row1_split2): two blocks per 16 rows, its pair scratch last.
-#define FP8_ROW1_SPLIT2(name, sfx, e5m2, tiled, dec, R, U, MINB)                              \
-    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
-        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m, RmsFold f, float* part,  \
-                                unsigned* cnt) {                                                \
-        gemv_fp8_row1_split2<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f, \
-                                                           part, cnt);                          \
-    }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
-    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_ROW1_SPLIT2(name, n1s2##tag, e5m2, tiled, dec, 4, 2, 6)
+    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

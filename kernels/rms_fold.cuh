@@ -68,9 +68,8 @@ DEVI void rms_fold_materialize(const float* x, float s, int d, const RmsFold& f)
 
 // The producer's epilogue, called by every thread of the block: `v` is output row `row` where
 // `mine`. residual[row] += v; xg[row] = residual[row] * g[row]; the block's sum of the new
-// residual's squares (warp sums, then warps in order) to parts_out[part] (the block's index, or
-// its row group's where two blocks share one).
-DEVI void rms_fold_produce(float v, bool mine, int row, const RmsFold& f, unsigned part) {
+// residual's squares (warp sums, then warps in order) to parts_out[blockIdx.x].
+DEVI void rms_fold_produce(float v, bool mine, int row, const RmsFold& f) {
     __shared__ float wss[32];
     float sq = 0.f;
     if (mine) {
@@ -85,6 +84,6 @@ DEVI void rms_fold_produce(float v, bool mine, int row, const RmsFold& f, unsign
     if (threadIdx.x == 0) {
         float s = 0.f;
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) s += wss[w];
-        f.parts_out[part] = s;
+        f.parts_out[blockIdx.x] = s;
     }
 }

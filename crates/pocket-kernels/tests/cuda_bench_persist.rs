@@ -9,7 +9,6 @@
 //! forms are first checked against the launched GEMVs on one layer.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::Fp8Row1;
 use pocket_kernels::{Backend, DType, HostBytes, Weight};
 use pocket_quant::QuantFormat;
 
@@ -107,16 +106,6 @@ fn bench_persistent_fp8_chain() {
         }
     });
     let launched = time_ms(&be, 3, 30, |_| graph.replay().unwrap());
-    // The same chain with every GEMV in the column-split form (both shapes take it).
-    be.set_fp8_gemv(Some(Fp8Row1::Warp4Split2));
-    let graph = capture(&be, || {
-        for l in 0..layers {
-            be.matmul(&xa, &w1s[l], &mut xb).unwrap();
-            be.matmul(&xb, &w2s[l], &mut xa).unwrap();
-        }
-    });
-    be.set_fp8_gemv(None);
-    let split = time_ms(&be, 3, 30, |_| graph.replay().unwrap());
     let mut persistent = [0f64; 2];
     for (i, preload) in [true, false].into_iter().enumerate() {
         persistent[i] = time_ms(&be, 3, 30, |_| {
@@ -143,7 +132,6 @@ fn bench_persistent_fp8_chain() {
     };
     println!("\n==== summary: persistent chain against launches ====");
     println!("{}", line("launched", launched));
-    println!("{}", line("split2", split));
     println!("{}", line("persistent", persistent[0]));
     println!("{}", line("persist-late", persistent[1]));
     println!("gemv persist grid barrier ({blocks} blocks): {barrier_us:.2} us each");

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "9276f1be7dd01769ced714f5fd9271b4ffeb25f09b955875f8788920f79af460";
+    "148ffbea1cfe7420f90c0f4480546cc9b26c12561605daf8cd6acbf874a133ba";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -36,45 +36,24 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// [`Fp8Row1::Warp4`] with the columns split over two blocks per 16 rows (`_n1s2`): twice the
-    /// warps in flight for matrices with few rows; the pair's second block to finish adds the
-    /// halves. Needs `cols % 256 == 0` and at most [`SPLIT_MAX_ROWS`] rows.
-    Warp4Split2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 6] = [
+    pub const ALL: [Fp8Row1; 5] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
-        Fp8Row1::Warp4Split2,
     ];
 
-    /// Weight rows one 128-thread block covers (for [`Fp8Row1::Warp4Split2`], one pair of
-    /// blocks).
+    /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
-            Fp8Row1::Warp4Split2 => 16,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
-    }
-
-    /// Blocks that share one row group (their columns split between them).
-    pub fn column_splits(self) -> usize {
-        match self {
-            Fp8Row1::Warp4Split2 => 2,
-            _ => 1,
-        }
-    }
-
-    /// Whether this variant takes a `rows x cols` weight (the split form: whole 256-column
-    /// halves, at most [`SPLIT_MAX_ROWS`] rows).
-    pub fn applies(self, rows: usize, cols: usize) -> bool {
-        self.column_splits() == 1 || (cols.is_multiple_of(256) && rows <= SPLIT_MAX_ROWS)
     }
 
     /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
@@ -85,7 +64,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
-            Fp8Row1::Warp4Split2 => "warp4s2",
         }
     }
 
@@ -104,16 +82,7 @@ impl Fp8Row1 {
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
-    /// `POCKET_FP8_SPLIT=1` takes [`Fp8Row1::Warp4Split2`] where it applies and fits in one
-    /// wave (not the default until measured).
-    pub fn for_shape(rows: usize, cols: usize, sms: usize) -> Fp8Row1 {
-        let split = Fp8Row1::Warp4Split2;
-        if SPLIT.on()
-            && split.applies(rows, cols)
-            && 2 * rows.div_ceil(split.rows_per_block()) <= SPLIT_BLOCKS_PER_SM * sms
-        {
-            return split;
-        }
+    pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
         let (plain, deep) = if rows >= WARP8_END_ROWS {
             return Fp8Row1::Warp4;
         } else if rows >= WARP8_MIN_ROWS {
@@ -143,16 +112,6 @@ pub const DEEP_BLOCKS_PER_SM: usize = 4;
 
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
-
-/// `POCKET_FP8_SPLIT=1`: [`Fp8Row1::for_shape`] takes the column-split form where it applies.
-static SPLIT: EnvSwitch = EnvSwitch::off_unless_one("POCKET_FP8_SPLIT");
-
-/// Blocks of [`Fp8Row1::Warp4Split2`] one SM holds at once (`__launch_bounds__(128, 6)`).
-const SPLIT_BLOCKS_PER_SM: usize = 6;
-
-/// Most rows [`Fp8Row1::Warp4Split2`] takes: its scratch (two half-sums per row, one counter
-/// per 16 rows) has one fixed size, so it never regrows inside a graph capture.
-pub const SPLIT_MAX_ROWS: usize = 8192;
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -283,9 +242,7 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Warp4Split2 => {
-                Fp8GateUp::Warp2
-            }
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -436,25 +393,6 @@ pub(crate) fn launch_row1_fold(
     launch_row1(be, kind, variant, ROW1_BITS.get(), &p, fold)
 }
 
-/// The split form's scratch: half-sums (`2 x SPLIT_MAX_ROWS` floats), then one arrival counter
-/// per 16 rows, zeroed on the stream when first allocated (every launch leaves them zero).
-fn split_scratch(be: &CudaBackend) -> Result<(u64, u64)> {
-    const OP: &str = "matmul";
-    let counters = SPLIT_MAX_ROWS / 16;
-    let bytes = 4 * (2 * SPLIT_MAX_ROWS + counters);
-    let mut s = be
-        .scratch
-        .lock()
-        .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
-    if s.fp8_split.is_none() {
-        let c = be.pool.alloc(bytes)?;
-        be.zero_async(OP, c.ptr(), bytes)?;
-        s.fp8_split = Some(c);
-    }
-    let base = s.fp8_split.as_ref().map_or(0, |c| c.ptr());
-    Ok((base, base + 8 * SPLIT_MAX_ROWS as u64))
-}
-
 /// One launch of a one-row GEMV variant, with the folded norm's halves in `fold` (all null:
 /// none).
 fn launch_row1(
@@ -468,45 +406,10 @@ fn launch_row1(
     if p.rows == 0 {
         return Ok(());
     }
-    let k = Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode));
-    let groups = p.rows.div_ceil(variant.rows_per_block());
-    let grid = ((groups * variant.column_splits()) as u32, 1, 1);
-    if variant.column_splits() == 1 {
-        return be.launch(
-            "matmul",
-            k,
-            grid,
-            GEMV_BLOCK_THREADS,
-            args![
-                p.w,
-                p.scales,
-                p.tscale,
-                p.x,
-                p.out,
-                p.rows as i32,
-                p.cols as i32,
-                1i32,
-                fold
-            ],
-        );
-    }
-    if !variant.applies(p.rows, p.cols) {
-        return Err(shape_err(
-            "matmul",
-            format!(
-                "the {} FP8 GEMV takes whole 256-column halves and at most {SPLIT_MAX_ROWS} rows, \
-                 not {}x{}",
-                variant.name(),
-                p.rows,
-                p.cols
-            ),
-        ));
-    }
-    let (part, cnt) = split_scratch(be)?;
     be.launch(
         "matmul",
-        k,
-        grid,
+        Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode)),
+        (p.rows.div_ceil(variant.rows_per_block()) as u32, 1, 1),
         GEMV_BLOCK_THREADS,
         args![
             p.w,
@@ -517,9 +420,7 @@ fn launch_row1(
             p.rows as i32,
             p.cols as i32,
             1i32,
-            fold,
-            part,
-            cnt
+            fold
         ],
     )
 }
@@ -622,7 +523,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 36);
+        assert_eq!(seen.len(), 30);
     }
 
     #[test]

@@ -75,9 +75,6 @@ pub(crate) struct Scratch {
     pub deltanet_counters: Option<CudaStorage>,
     /// The folded norm's x * g row and per-block sums of squares (cuda/rms_fold.rs).
     pub rms_fold: Option<CudaStorage>,
-    /// The column-split FP8 GEMV's half-sums and arrival counters (zeroed once; every launch
-    /// leaves them zero; cuda/gemv_fp8.rs).
-    pub fp8_split: Option<CudaStorage>,
 }
 
 impl Scratch {
