@@ -3,12 +3,13 @@
 //! threads (`matmul`, rayon).
 //!
 //! cargo bench --bench quant -- --warm-up-time 1 --measurement-time 3
-//! (a criterion filter picks formats, e.g. `-- 'memcpy|IQ2_XS'`)
+//! (a criterion filter picks formats, e.g. `-- 'memcpy|IQ2_XS'`; `-- fp8_tile_lanes` the FP8
+//! upload's host reorder)
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pocket_quant::{
-    dequantize_matrix, matmul, matmul_serial, quantize, quantize_matrix, GgmlType, QuantFormat,
-    QuantizedMatrix,
+    dequantize_matrix, fp8_tile_lanes, matmul, matmul_serial, quantize, quantize_matrix, GgmlType,
+    QuantFormat, QuantizedMatrix,
 };
 
 const SHAPES: [(usize, usize); 2] = [(4096, 4096), (14336, 4096)];
@@ -154,6 +155,21 @@ fn bench(c: &mut Criterion) {
             b.iter(|| dequantize_matrix(m, &mut out).unwrap())
         });
     }
+    g.finish();
+    // The CUDA backend's FP8 upload reorders codes into tile-lane order on the host (all
+    // threads): its cost per GB against a copy of the same bytes, on the 27B down projection.
+    let (rows, cols) = (5120, 17408);
+    let mut g = c.benchmark_group(format!("fp8_tile_lanes_{rows}x{cols}"));
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes((rows * cols) as u64));
+    let src: Vec<u8> = (0..rows * cols).map(|i| (i * 7 % 251) as u8).collect();
+    let mut codes = src.clone();
+    g.bench_function("memcpy", |b| {
+        b.iter(|| codes.copy_from_slice(black_box(&src)))
+    });
+    g.bench_function("reorder", |b| {
+        b.iter(|| fp8_tile_lanes(black_box(&mut codes), cols))
+    });
     g.finish();
 }
 

@@ -10,6 +10,7 @@
 
 mod act;
 mod codec;
+mod device_layout;
 mod dot;
 mod error;
 mod format;
@@ -24,6 +25,7 @@ pub use codec::{
     dequantize, dequantize_matrix, dequantize_row, quantize, quantize_matrix, QuantMatrix,
     QuantizedMatrix,
 };
+pub use device_layout::fp8_tile_lanes;
 pub use error::{QuantError, Result};
 pub use format::{ActFormat, QuantFormat, ScaleLayout};
 pub use matmul::{matmul, matmul_exact, matmul_serial, matmul_with, simd_level, SimdLevel};
