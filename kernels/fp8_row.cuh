@@ -120,20 +120,17 @@ __device__ __forceinline__ int x4_index(int c, int i, int nlane) {
     return c < nlane ? 32 * (c >> 3) + (c & 7) + 8 * i : 4 * c + i;
 }
 
-// The 16 activation values chunk c multiplies, in its byte order. XM, where x lives: 0 global,
-// through L1 (every row group of the SM reads the same activation row); 1 global, through L2
-// only (ld.global.cg), for an activation written earlier in the same launch by other blocks
-// (persist_probe.cu), which the read-only path may not see; 2 shared memory (a copy the block
-// staged, gemv_fp8_row1's XS form).
-template <int XM = 0>
+// The 16 activation values chunk c multiplies, in its byte order (through L1: every row group of
+// the SM reads the same activation row). CX: through L2 only (ld.global.cg), for an activation
+// written earlier in the same launch by other blocks (persist_probe.cu), which the read-only path
+// may not see.
+template <bool CX = false>
 __device__ __forceinline__ void load_x16(const float* __restrict__ x, int c, int nlane,
                                          float* xv) {
     const float4* xp = reinterpret_cast<const float4*>(x);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float4 t = XM == 2   ? xp[x4_index(c, i, nlane)]
-                         : XM == 1 ? __ldcg(xp + x4_index(c, i, nlane))
-                                   : __ldg(xp + x4_index(c, i, nlane));
+        const float4 t = CX ? __ldcg(xp + x4_index(c, i, nlane)) : __ldg(xp + x4_index(c, i, nlane));
         xv[4 * i] = t.x;
         xv[4 * i + 1] = t.y;
         xv[4 * i + 2] = t.z;
@@ -169,9 +166,9 @@ __device__ __forceinline__ float dot16(uint4 q, const float* xv) {
 // weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced over the warp). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
 // row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
 // gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
-// after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh; the XS form
-// stages x in shared memory there). XM: see load_x16.
-template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, int XM = 0,
+// after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh). CX: see
+// load_x16.
+template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, bool CX = false,
           class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
@@ -212,7 +209,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
             const int c = c0 + T * u;
             if (c >= nch) break;  // and so is every later chunk of this thread
             float xv[16];
-            load_x16<XM>(x, c, nlane, xv);
+            load_x16<CX>(x, c, nlane, xv);
 #pragma unroll
             for (int r = 0; r < NR; r++) {
                 const float d = dot16<E5M2, DEC>(q[u][r], xv);

@@ -50,10 +50,7 @@
 // of a quarter-warp reading 16-byte pieces of groups lane*20 hit 8 distinct 4-bank groups.
 #define FP8_XPAD 20
 
-// XS: the block first copies x into (dynamic) shared memory and the loop reads it there, so the
-// activation reads leave the L1TEX path the weight stream takes (the host launches whole blocks
-// only, with cols x 4 bytes of dynamic shared memory).
-template <int E5M2, bool TILED, int DEC, int R, int U, int MINB, bool XS = false>
+template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
                                               const float* __restrict__ x,
@@ -61,7 +58,6 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const RmsFold& f) {
     static_assert(128 % R == 0 && R <= 32, "row group shape");
     __shared__ float fold_sh[1];
-    extern __shared__ __align__(16) float x_sh[];
     const int tid = threadIdx.x, lane = tid & 31;
     const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + tid / 32) * R;
     // A whole warp past the last row has nothing to do and no barrier to reach. With a fold the
@@ -72,15 +68,9 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
     float acc[R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, XS ? 2 : 0>(
-        wr, srow, XS ? x_sh : x, cols >> 4, lane, acc, [&] {
-            if (XS) {
-                for (int i = tid; i < (cols >> 2); i += FP8R_THREADS)
-                    reinterpret_cast<float4*>(x_sh)[i] = __ldg(reinterpret_cast<const float4*>(x) + i);
-                __syncthreads();
-            }
-            if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
-        });
+    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB>(wr, srow, x, cols >> 4, lane, acc, [&] {
+        if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
+    });
     pdl_trigger_late<MINB>();
     // Lane r < R takes row row0 + r.
     float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
@@ -315,20 +305,12 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
-// The same with x staged in shared memory (gemv_fp8_row1's XS).
-#define FP8_ROW1_XS(name, sfx, e5m2, tiled, dec, R, U, MINB)                                  \
-    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
-        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB, true>(w, sc, tscale, x, out, rows, cols, f); \
-    }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
-    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_ROW1_XS(name, n1d6x##tag, e5m2, tiled, dec, 4, 6, 3)
+    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

@@ -64,7 +64,7 @@ DEVI void chain_phase(const uint8_t* w, const float* sc, const float* x, float* 
     const float* srow[1];
     row1_group<true, 4>(w, sc, rows, cols, has ? row0 : 0, wr, srow);
     float acc[4];
-    row1_accumulate<0, true, 1, 4, 1, 6, 0, 1>(wr, srow, x, has ? cols >> 4 : 0, lane, acc,
+    row1_accumulate<0, true, 1, 4, 1, 6, 0, true>(wr, srow, x, has ? cols >> 4 : 0, lane, acc,
                                                   [&] {
                                                       if (PRELOAD) grid_barrier(bar);
                                                   });

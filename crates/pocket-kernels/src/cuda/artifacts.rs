@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "382d08ae98d1f3e82b0e9fc908f289c05e25b677841af4a64840bb6d041a3454";
+    "148ffbea1cfe7420f90c0f4480546cc9b26c12561605daf8cd6acbf874a133ba";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

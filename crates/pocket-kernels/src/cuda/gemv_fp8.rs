@@ -13,7 +13,6 @@ use super::switch::{EnvChoice, EnvSwitch};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
-use cudarc::driver::sys::CUfunction_attribute;
 
 /// Weight rows one GEMV block covers (4 warps x 4 rows, the `n4`/`n8` kernels).
 const GEMV_BLOCK_ROWS: usize = 16;
@@ -37,34 +36,22 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// [`Fp8Row1::Warp4Deep6`] reading the activation from a copy in shared memory (`_n1d6x`):
-    /// whole blocks only (`rows % 16 == 0`), `cols x 4` bytes of shared memory per block.
-    Warp4Deep6Xs,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 6] = [
+    pub const ALL: [Fp8Row1; 5] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
-        Fp8Row1::Warp4Deep6Xs,
     ];
-
-    /// Whether this variant takes a `rows x cols` weight (the shared-memory activation form:
-    /// whole blocks, and the row of x within [`XS_MAX_BYTES`]).
-    pub fn applies(self, rows: usize, cols: usize) -> bool {
-        self != Fp8Row1::Warp4Deep6Xs
-            || (rows > 0 && rows.is_multiple_of(16) && 4 * cols <= XS_MAX_BYTES)
-    }
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
-            Fp8Row1::Warp4Deep6Xs => 16,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }
@@ -77,7 +64,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
-            Fp8Row1::Warp4Deep6Xs => "warp4d6x",
         }
     }
 
@@ -96,18 +82,7 @@ impl Fp8Row1 {
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
-    /// `POCKET_FP8_XSMEM=1` takes [`Fp8Row1::Warp4Deep6Xs`] where the 6-step form is chosen and
-    /// it applies (not the default until measured).
-    pub fn for_shape(rows: usize, cols: usize, sms: usize) -> Fp8Row1 {
-        let v = Self::register_fed_for_shape(rows, sms);
-        if v == Fp8Row1::Warp4Deep6 && XSMEM.on() && Fp8Row1::Warp4Deep6Xs.applies(rows, cols) {
-            return Fp8Row1::Warp4Deep6Xs;
-        }
-        v
-    }
-
-    /// [`Fp8Row1::for_shape`] without the shared-memory activation form.
-    fn register_fed_for_shape(rows: usize, sms: usize) -> Fp8Row1 {
+    pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
         let (plain, deep) = if rows >= WARP8_END_ROWS {
             return Fp8Row1::Warp4;
         } else if rows >= WARP8_MIN_ROWS {
@@ -137,13 +112,6 @@ pub const DEEP_BLOCKS_PER_SM: usize = 4;
 
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
-
-/// `POCKET_FP8_XSMEM=1`: [`Fp8Row1::for_shape`] takes the shared-memory activation form.
-static XSMEM: EnvSwitch = EnvSwitch::off_unless_one("POCKET_FP8_XSMEM");
-
-/// Largest activation row [`Fp8Row1::Warp4Deep6Xs`] stages: 3 blocks per SM of 72 KiB fit in
-/// the H200's 227 KiB.
-pub const XS_MAX_BYTES: usize = 72 * 1024;
 
 /// The row range in which [`Fp8Row1::for_shape`] takes the 8-row warp kernel (10240 rows
 /// measured slower with it, 14336..17408 faster, 34816 slower).
@@ -274,9 +242,7 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Warp4Deep6Xs => {
-                Fp8GateUp::Warp2
-            }
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -440,34 +406,11 @@ fn launch_row1(
     if p.rows == 0 {
         return Ok(());
     }
-    let k = Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode));
-    let mut smem = 0;
-    if variant == Fp8Row1::Warp4Deep6Xs {
-        if !variant.applies(p.rows, p.cols) {
-            return Err(shape_err(
-                "matmul",
-                format!(
-                    "the {} FP8 GEMV takes whole 16-row blocks and at most {XS_MAX_BYTES} bytes \
-                     of activation, not {}x{}",
-                    variant.name(),
-                    p.rows,
-                    p.cols
-                ),
-            ));
-        }
-        smem = 4 * p.cols as u32;
-        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        be.kernels
-            .get(k)?
-            .set_attribute(attr, smem as i32)
-            .map_err(|e| shape_err("matmul", format!("{} shared memory: {e}", variant.name())))?;
-    }
-    be.launch_smem(
+    be.launch(
         "matmul",
-        k,
+        Kernel::Fp8(Fp8Kernel::Row1(kind, variant, int_decode)),
         (p.rows.div_ceil(variant.rows_per_block()) as u32, 1, 1),
         GEMV_BLOCK_THREADS,
-        smem,
         args![
             p.w,
             p.scales,
@@ -580,7 +523,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 36);
+        assert_eq!(seen.len(), 30);
     }
 
     #[test]

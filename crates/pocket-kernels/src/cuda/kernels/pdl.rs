@@ -48,7 +48,6 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d6"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1d6x"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
     (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
