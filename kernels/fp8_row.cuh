@@ -162,6 +162,19 @@ __device__ __forceinline__ float dot16(uint4 q, const float* xv) {
 // The first step's weights are loaded before pdl_wait() (no kernel of the step writes them).
 #define FP8R_THREADS 128
 
+// Chunk c of each of the NR rows, and its tile scale of each of the NS scale sets (TILED).
+template <bool TILED, int NR, int NS>
+__device__ __forceinline__ void row1_load_chunk(const uint4* const (&wr)[NR],
+                                                const float* const (&srow)[NS], int c,
+                                                uint4 (&q)[NR], float (&s)[NS]) {
+#pragma unroll
+    for (int r = 0; r < NR; r++) q[r] = ld_stream16(wr[r] + c);
+    if (TILED) {
+#pragma unroll
+        for (int k = 0; k < NS; k++) s[k] = __ldg(srow[k] + (c >> 3));
+    }
+}
+
 // The main loop of every one-row kernel: lane `gt` of a warp accumulates the dot of x with NR
 // weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced over the warp). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
 // row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
@@ -190,14 +203,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
         for (int k = 0; k < NS; k++) s[u][k] = 1.f;
 #pragma unroll
         for (int r = 0; r < NR; r++) q[u][r] = make_uint4(0u, 0u, 0u, 0u);
-        if (c < nch) {
-#pragma unroll
-            for (int r = 0; r < NR; r++) q[u][r] = ld_stream16(wr[r] + c);
-            if (TILED) {
-#pragma unroll
-                for (int k = 0; k < NS; k++) s[u][k] = __ldg(srow[k] + (c >> 3));
-            }
-        }
+        if (c < nch) row1_load_chunk<TILED>(wr, srow, c, q[u], s[u]);
     }
     // The activation is the previous kernel's output: read it only after the wait.
     pdl_wait();
@@ -217,14 +223,7 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
             }
             // This slot of the next step, into the registers just read.
             const int cn = c + STEP;
-            if (cn < nch) {
-#pragma unroll
-                for (int r = 0; r < NR; r++) q[u][r] = ld_stream16(wr[r] + cn);
-                if (TILED) {
-#pragma unroll
-                    for (int k = 0; k < NS; k++) s[u][k] = __ldg(srow[k] + (cn >> 3));
-                }
-            }
+            if (cn < nch) row1_load_chunk<TILED>(wr, srow, cn, q[u], s[u]);
         }
     }
 }

@@ -12,12 +12,19 @@ pub(super) trait Legacy {
     const BB: usize;
     /// Whether the codes are signed (Q8_0, IQ4_NL) rather than unsigned with an offset.
     const SIGNED: bool;
-    /// Decodes the block at `p`.
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32);
-    /// The block's codes only (as in [`Legacy::unpack`]).
+    /// The block's 32 codes at `p`.
+    unsafe fn codes(p: *const u8) -> __m256i;
+    /// Decodes the block at `p`: its codes, `d` (the f16 at `D_AT`) and `c` (from `C_AT` or
+    /// `C_D`; 0 for the signed formats).
     #[inline(always)]
-    unsafe fn codes(p: *const u8) -> __m256i {
-        Self::unpack(p).0
+    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+        let d = f16_at(p.add(Self::D_AT));
+        let c = match Self::C_AT {
+            Some(at) => f16_at(p.add(at)),
+            None if Self::C_D == 0.0 => 0.0,
+            None => Self::C_D * d,
+        };
+        (Self::codes(p), d, c)
     }
     /// Whether the codes are unsigned and below 32, so a `vpmaddubsw` lane (two products, each
     /// at most 31 * 127) summed with its neighbour still fits an i16 (4 * 31 * 127 < 2^15).
@@ -40,11 +47,6 @@ impl Legacy for Q4_0 {
     unsafe fn codes(p: *const u8) -> __m256i {
         nibbles(p.add(2))
     }
-    #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
-        let d = f16_at(p);
-        (nibbles(p.add(2)), d, -8.0 * d)
-    }
 }
 
 pub(super) struct Q4_1;
@@ -57,10 +59,6 @@ impl Legacy for Q4_1 {
     unsafe fn codes(p: *const u8) -> __m256i {
         nibbles(p.add(4))
     }
-    #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
-        (nibbles(p.add(4)), f16_at(p), f16_at(p.add(2)))
-    }
 }
 
 pub(super) struct Q5_0;
@@ -70,11 +68,10 @@ impl Legacy for Q5_0 {
     const SIGNED: bool = false;
     const C_D: f32 = -16.0;
     #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
-        let d = f16_at(p);
+    unsafe fn codes(p: *const u8) -> __m256i {
         let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
         let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-        (_mm256_or_si256(nibbles(p.add(6)), hi), d, -16.0 * d)
+        _mm256_or_si256(nibbles(p.add(6)), hi)
     }
 }
 
@@ -85,14 +82,10 @@ impl Legacy for Q5_1 {
     const SIGNED: bool = false;
     const C_AT: Option<usize> = Some(2);
     #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+    unsafe fn codes(p: *const u8) -> __m256i {
         let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
         let hi = _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10));
-        (
-            _mm256_or_si256(nibbles(p.add(8)), hi),
-            f16_at(p),
-            f16_at(p.add(2)),
-        )
+        _mm256_or_si256(nibbles(p.add(8)), hi)
     }
 }
 
@@ -104,14 +97,6 @@ impl Legacy for Q8_0 {
     unsafe fn codes(p: *const u8) -> __m256i {
         _mm256_loadu_si256(p.add(2) as *const __m256i)
     }
-    #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
-        (
-            _mm256_loadu_si256(p.add(2) as *const __m256i),
-            f16_at(p),
-            0.0,
-        )
-    }
 }
 
 pub(super) struct Iq4Nl;
@@ -119,13 +104,9 @@ impl Legacy for Iq4Nl {
     const BB: usize = 18;
     const SIGNED: bool = true;
     #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> (__m256i, f32, f32) {
+    unsafe fn codes(p: *const u8) -> __m256i {
         let table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
-        (
-            _mm256_shuffle_epi8(table, nibbles(p.add(2))),
-            f16_at(p),
-            0.0,
-        )
+        _mm256_shuffle_epi8(table, nibbles(p.add(2)))
     }
 }
