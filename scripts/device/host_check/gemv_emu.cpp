@@ -1,5 +1,8 @@
-// Host emulation of gemv_fp8_row1 and gemv_h: one fiber per CUDA thread, barriers for
-// __syncthreads and warp shuffles, blocks one after another; against an f64 reference.
+// Host emulation of the one-row GEMVs: kernels/gemv_fp8.cu's gemv_fp8_row1 (every FP8_ROW1_ALL
+// variant) and gemv_fp8_row1_mma (fp8_row_mma.cuh, the tensor-core variants), and kernels/gemv.cu's
+// gemv_h: one fiber per CUDA thread, barriers for __syncthreads, __syncwarp, shuffles and the
+// warp-collective mma, blocks one after another; against an f64 reference. Sources are extracted
+// as they are by gemv_emu.sh.
 #include <cstdint>
 #include <cstring>
 #include <cmath>
@@ -14,10 +17,15 @@
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
+#define __constant__ static
 struct uint4 { uint32_t x, y, z, w; };
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 template <typename T> inline T __ldg(const T* p) { T v; memcpy(&v, p, sizeof(T)); return v; }
+template <typename T> inline T __ldcg(const T* p) { return __ldg(p); }
+#define __align__(n) __attribute__((aligned(n)))
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     uint8_t b[8]; memcpy(b, &x, 4); memcpy(b + 4, &y, 4);
     uint32_t r = 0;
@@ -25,23 +33,31 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     return r;
 }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline void __trap() { fprintf(stderr, "__trap\n"); abort(); }
+// f16 through the compiler's _Float16 (IEEE binary16, round to nearest even, subnormals kept).
 struct __half { uint16_t v; };
+struct __half2_raw { uint16_t x, y; };
+struct __half2 { uint16_t x, y; operator __half2_raw() const { return {x, y}; } };
+inline uint16_t f2h_bits(float f) { _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
+inline float h2f_bits(uint16_t u) { _Float16 h; memcpy(&h, &u, 2); return (float)h; }
 inline __half __ushort_as_half(uint16_t v) { return {v}; }
-inline float __half2float(__half h) {
-    uint32_t s = (h.v >> 15) & 1, e = (h.v >> 10) & 31, m = h.v & 1023;
-    float v = e == 0 ? std::ldexp((float)m, -24) : std::ldexp((float)(m | 1024), (int)e - 25);
-    return s ? -v : v;
-}
+inline float __half2float(__half h) { return h2f_bits(h.v); }
+inline __half2 __floats2half2_rn(float a, float b) { return {f2h_bits(a), f2h_bits(b)}; }
+inline float2 __half22float2(__half2 h) { return {h2f_bits(h.x), h2f_bits(h.y)}; }
 using std::min; using std::max;
 // CUDA threads as ucontext fibers on one host thread (a block's threads take turns at every
 // barrier): hundreds of OS threads per block are far too slow on a loaded host.
-struct Dim { int x, y, z; };
-Dim threadIdx, blockIdx;
+struct Dim { unsigned x, y, z; };
+Dim threadIdx, blockIdx, gridDim, blockDim;
 struct Fiber { ucontext_t ctx; std::vector<char> stack; bool done; };
 std::vector<Fiber> g_fib;
 ucontext_t g_sched;
 int g_cur;
-inline void yield_fiber() { swapcontext(&g_fib[g_cur].ctx, &g_sched); threadIdx = {g_cur, 0, 0}; }
+inline void yield_fiber() { swapcontext(&g_fib[g_cur].ctx, &g_sched); threadIdx = {(unsigned)g_cur, 0, 0}; }
 struct Bar { int n, count = 0, gen = 0; };
 inline void bar_wait(Bar& b) {
     int g = b.gen;
@@ -52,6 +68,7 @@ Bar g_block{0};
 Bar g_warp[8];
 float g_shfl[256];
 inline void __syncthreads() { bar_wait(g_block); }
+inline void __syncwarp() { bar_wait(g_warp[threadIdx.x / 32]); }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     int t = threadIdx.x, w = t / 32;
     g_shfl[t] = v;
@@ -61,8 +78,11 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     return r;
 }
 inline float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
+inline float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
 inline void pdl_wait() {}
 inline void pdl_trigger() {}
+template <int MINB = 0> inline void pdl_trigger_early() {}
+template <int MINB = 0> inline void pdl_trigger_late() {}
 // cvt.rn.f16x2.e4m3x2 on the host: each code's exact f16 (E4M3 NaN -> f16 NaN), low byte to
 // the low half.
 inline uint32_t emu_e4m3_f16(uint32_t c) {
@@ -74,29 +94,65 @@ inline uint32_t emu_e4m3_f16(uint32_t c) {
     return h | (s << 15);
 }
 inline uint32_t emu_cvt_e4m3x2(uint32_t v) { return emu_e4m3_f16(v & 255) | (emu_e4m3_f16((v >> 8) & 255) << 16); }
+// mma.sync.m16n8k16 f32.f16.f16.f32 for the calling lane's warp (PTX ISA fragment layout): every
+// lane deposits its fragments, then computes its own d from the whole matrices (products exact,
+// summed in f64 and rounded once; the tensor cores' own summation order and rounding are not
+// modelled: the reference's bound covers both).
+float g_mA[8][16][16], g_mB[8][16][8], g_mC[8][16][8];
+inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    auto lo = [](uint32_t v) { return h2f_bits(v & 0xffff); };
+    auto hi = [](uint32_t v) { return h2f_bits(v >> 16); };
+    g_mA[w][g][2 * t] = lo(a[0]); g_mA[w][g][2 * t + 1] = hi(a[0]);
+    g_mA[w][g + 8][2 * t] = lo(a[1]); g_mA[w][g + 8][2 * t + 1] = hi(a[1]);
+    g_mA[w][g][2 * t + 8] = lo(a[2]); g_mA[w][g][2 * t + 9] = hi(a[2]);
+    g_mA[w][g + 8][2 * t + 8] = lo(a[3]); g_mA[w][g + 8][2 * t + 9] = hi(a[3]);
+    g_mB[w][2 * t][g] = lo(b0); g_mB[w][2 * t + 1][g] = hi(b0);
+    g_mB[w][2 * t + 8][g] = lo(b1); g_mB[w][2 * t + 9][g] = hi(b1);
+    bar_wait(g_warp[w]);
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e / 2), n = 2 * t + e % 2;
+        double acc = d[e];
+        for (int k = 0; k < 16; k++) acc += (double)g_mA[w][r][k] * g_mB[w][k][n];
+        d[e] = (float)acc;
+    }
+    bar_wait(g_warp[w]);
+}
 #ifdef EMU_CVT
 #define __CUDA_ARCH__ 900
 #endif
-#define __shared__ static
-#include "kern.h"  // generated by gemv_emu.sh from kernels/gemv_fp8.cu and gemv.cu
-#undef __shared__
-
 // Reads of 16-byte weight chunks, per chunk (ld_stream16 counts them when set).
 uint8_t* g_reads = nullptr;
 const uint8_t* g_base = nullptr;
+size_t g_nchunks = 0;
+inline uint4 ld_stream16(const void* p) {
+    uint4 v;
+    memcpy(&v, p, 16);
+    if (g_reads) {
+        size_t i = ((const uint8_t*)p - g_base) / 16;
+        if (i >= g_nchunks) { fprintf(stderr, "weight read out of bounds\n"); abort(); }
+        g_reads[i]++;
+    }
+    return v;
+}
+#define __shared__ static
+#include "kern.h"  // generated by gemv_emu.sh from kernels/
+#undef __shared__
 
 std::function<void()>* g_body;
 void fiber_main() { g_body->operator()(); g_fib[g_cur].done = true; swapcontext(&g_fib[g_cur].ctx, &g_sched); }
 
-// Runs `blocks` (block indices of the grid) one after another, T fibers each, round robin.
-void launch_blocks(const std::vector<int>& blocks, int T, std::function<void()> body) {
+// Runs `blocks` (block indices of a grid of `grid`) one after another, T fibers each.
+void launch_blocks(const std::vector<int>& blocks, int grid, int T, std::function<void()> body) {
     g_body = &body;
     g_fib.resize(T);
     for (auto& f : g_fib) f.stack.resize(256 << 10);
     g_block = Bar{T};
     for (int w = 0; w < T / 32; w++) g_warp[w] = Bar{32};
+    gridDim = {(unsigned)grid, 1, 1};
+    blockDim = {(unsigned)T, 1, 1};
     for (int b : blocks) {
-        blockIdx = {b, 0, 0};
+        blockIdx = {(unsigned)b, 0, 0};
         for (int t = 0; t < T; t++) {
             Fiber& f = g_fib[t];
             f.done = false;
@@ -111,7 +167,7 @@ void launch_blocks(const std::vector<int>& blocks, int T, std::function<void()> 
             for (int t = 0; t < T; t++) {
                 if (g_fib[t].done) continue;
                 g_cur = t;
-                threadIdx = {t, 0, 0};
+                threadIdx = {(unsigned)t, 0, 0};
                 swapcontext(&g_sched, &g_fib[t].ctx);
                 left |= !g_fib[t].done;
             }
@@ -150,21 +206,25 @@ uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 inline uint32_t xs32() { g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17; return (uint32_t)(g_rng >> 16); }
 inline float unif() { return (xs32() & 0xffffff) / 8388608.0f - 1.0f; }  // [-1, 1)
 
+// The column of code `b` (byte index in the row) in the device's tile-lane order (fp8_row.cuh
+// `fp8_lanes`): chunk k of a whole 128-column tile holds columns 4k + 32i + m at byte 4i + m.
+int lane_col(int b, int cols, bool lanes) {
+    const int whole = lanes ? (cols / 128) * 128 : 0;
+    if (b >= whole) return b;
+    const int tile = b / 128, k = (b % 128) / 16, i = (b % 16) / 4, m = b % 4;
+    return 128 * tile + 4 * k + 32 * i + m;
+}
+
 // Compares the rows of the emulated blocks with the f64 reference (NaN or off by more than
 // 1e-5 of the row's |w x| sum fails), checks that no other row was written, and that every
-// 16-byte chunk of weight was read exactly as often as the blocks' rows map onto it (once, or
-// more for the last row where a partial last group re-reads it): no column or row skipped.
-void report(const char* what, int rows, int cols, int elem, int R, const std::vector<int>& blocks,
-            const std::vector<float>& out, std::function<void(int, double&, double&)> ref, int G = 0) {
-    if (G == 0) G = R;
-    std::vector<uint8_t> slots(rows, 0), in(rows, 0);
+// 16-byte chunk of weight was read as often as `want_reads` says: no column or row skipped.
+void report(const char* what, int rows, int R, const std::vector<int>& blocks,
+            const std::vector<float>& out, std::function<void(int, double&, double&)> ref,
+            size_t per_row, std::function<int(int, size_t)> want_reads) {
+    std::vector<uint8_t> in(rows, 0);
     for (int b : blocks)
-        for (int i = 0; i < R; i++) {
-            int r = b * R + i;
-            if (r - i % G >= rows) continue;  // a whole row group past the end reads nothing
-            if (r < rows) in[r] = 1;
-            slots[std::min(r, rows - 1)]++;
-        }
+        for (int i = 0; i < R; i++)
+            if (b * R + i < rows) in[b * R + i] = 1;
     double worst = 0;
     long bad_writes = 0, bad_reads = 0, nin = 0;
     for (int r = 0; r < rows; r++) {
@@ -175,24 +235,28 @@ void report(const char* what, int rows, int cols, int elem, int R, const std::ve
         double err = std::isnan(out[r]) ? INFINITY : std::fabs(out[r] - want) / (1e-5 * mag + 1e-6);
         worst = std::max(worst, err);
     }
-    size_t per_row = (size_t)cols * elem / 16;
     for (int r = 0; r < rows; r++)
-        for (size_t c = 0; c < per_row; c++) bad_reads += g_reads[(size_t)r * per_row + c] != slots[r];
+        for (size_t c = 0; c < per_row; c++) bad_reads += g_reads[(size_t)r * per_row + c] != want_reads(r, c);
     bool ok = worst <= 1 && bad_writes == 0 && bad_reads == 0;
-    printf("%-24s [%6d x %5d] %5zu/%d blocks, %6ld rows: worst err/bound %.4f, stray writes %ld, "
+    printf("%-30s [%6d x %5zu] %5zu/%d blocks, %6ld rows: worst err/bound %.4f, stray writes %ld, "
            "wrong read counts %ld %s\n",
-           what, rows, cols, blocks.size(), (rows + R - 1) / R, nin, worst, bad_writes, bad_reads,
-           ok ? "ok" : "FAIL");
+           what, rows, per_row * 16, blocks.size(), (rows + R - 1) / R, nin, worst, bad_writes,
+           bad_reads, ok ? "ok" : "FAIL");
     if (!ok) fails++;
 }
+
+// The FP8 one-row kernels' kinds: the warp-per-rows template (R rows per warp, U steps) or the
+// tensor-core one (M slabs of 16 rows per block, U tiles).
+enum class Kind { Row1, Mma };
 
 // FP8 weight of row parts stacked as pocket-layers' stacked_weight lays them out: codes one part
 // after another, each part's [ceil(rows_i / 128), ceil(cols / 128)] tile scales after the
 // previous part's (parts but the last have rows % 128 == 0). The reference reads each part's own
 // scales by the row's index inside its part.
-template <int E5M2, bool TILED, int DEC, int RG, int T, int U>
-void check_fp8(std::vector<int> parts, int cols, int edge = 1 << 20, int mid = 0) {
-    constexpr int R = RG * (FP8R_THREADS / T);  // rows per block
+template <Kind K, int E5M2, bool TILED, int DEC, int R, int U>
+void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20, int mid = 0) {
+    // Rows per block: 4 warps of R rows, or M = R slabs of 16.
+    constexpr int RB = K == Kind::Row1 ? 4 * R : 16 * R;
     int rows = 0;
     for (int p : parts) rows += p;
     std::vector<uint8_t> w((size_t)rows * cols);
@@ -206,29 +270,50 @@ void check_fp8(std::vector<int> parts, int cols, int edge = 1 << 20, int mid = 0
         sc.insert(sc.end(), s.begin(), s.end());
         psc.push_back(std::move(s));
     }
+    // Activations over several binades (the mma variants scale each tile by a power of two).
     std::vector<float> x(cols);
-    for (auto& v : x) v = unif();
+    for (auto& v : x) v = std::ldexp(unif(), (int)(xs32() % 9) - 4);
     float tscale = 0.75f;
     std::vector<float> out(rows, NAN);
+    const size_t per_row = cols / 16;
     std::vector<uint8_t> reads(w.size() / 16, 0);
-    g_reads = reads.data(); g_base = w.data();
+    g_reads = reads.data(); g_base = w.data(); g_nchunks = reads.size();
+    fp8_lanes = lanes ? 1 : 0;
     std::mt19937 rng(rows ^ cols);
-    auto blocks = sample_blocks((rows + R - 1) / R, edge, mid, rng);
-    launch_blocks(blocks, FP8R_THREADS, [&] {
-        gemv_fp8_row1<E5M2, TILED, DEC, RG, T, U>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols);
+    const int grid = (rows + RB - 1) / RB;
+    auto blocks = sample_blocks(grid, edge, mid, rng);
+    const RmsFold nofold{};
+    launch_blocks(blocks, grid, 128, [&] {
+        if constexpr (K == Kind::Row1)
+            gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
+        else
+            gemv_fp8_row1_mma<E5M2, TILED, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
     });
-    char name[64];
-    snprintf(name, 64, "fp8 %s%s R%dT%dU%d d%d%s", E5M2 ? "e5m2" : "e4m3", TILED ? "_b" : "_t", RG, T, U, DEC, parts.size() > 1 ? " st" : "");
-    report(name, rows, cols, 1, R, blocks, out, [&](int r, double& s, double& m) {
+    char name[80];
+    snprintf(name, 80, "fp8 %s%s %s%dU%d d%d%s%s", E5M2 ? "e5m2" : "e4m3", TILED ? "_b" : "_t",
+             K == Kind::Row1 ? "R" : "mma M", R, U, DEC, lanes ? " lanes" : "", parts.size() > 1 ? " st" : "");
+    // Rows of the sampled blocks map onto weight rows (a missing last row re-reads the last);
+    // a row-group of Row1 wholly past the end reads nothing.
+    std::vector<int> slots(rows, 0);
+    for (int b : blocks)
+        for (int i = 0; i < RB; i++) {
+            int r = b * RB + i;
+            if (K == Kind::Row1 && r - i % R >= rows) continue;
+            slots[std::min(r, rows - 1)]++;
+        }
+    // Mma: the last tile's lanes past the row's end re-read its last chunk.
+    const int extra = K == Kind::Mma ? (int)(8 * ((per_row + 7) / 8) - per_row) : 0;
+    report(name, rows, RB, blocks, out, [&](int r, double& s, double& m) {
         int p = 0, rr = r;
         while (rr >= parts[p]) rr -= parts[p++];
         s = 0; m = 0;
-        for (int c = 0; c < cols; c++) {
-            uint8_t q = w[(size_t)r * cols + c];
+        for (int b = 0; b < cols; b++) {
+            const int c = lane_col(b, cols, lanes);
+            uint8_t q = w[(size_t)r * cols + b];
             double v = (E5M2 ? e5m2(q) : e4m3(q)) * (TILED ? psc[p][(rr / 128) * tc + c / 128] : tscale);
             s += v * x[c]; m += std::fabs(v * x[c]);
         }
-    }, RG);
+    }, per_row, [&](int r, size_t c) { return slots[r] * (1 + (c + 1 == per_row ? extra : 0)); });
     g_reads = nullptr;
 }
 
@@ -241,35 +326,49 @@ void check_h(int rows, int cols, int edge = 1 << 20, int mid = 0) {
             w[i] = (uint16_t)(((xs32() & 1) << 15) | ((10 + xs32() % 8) << 10) | (xs32() & 1023));
     }
     auto wd = [&](size_t i) -> double {
-        if (!BF) return __half2float({w[i]});
+        if (!BF) return h2f_bits(w[i]);
         uint32_t u = (uint32_t)w[i] << 16; float f; memcpy(&f, &u, 4); return f;
     };
     std::vector<float> x(cols);
     for (auto& v : x) v = unif();
     std::vector<float> out(rows, NAN);
     std::vector<uint8_t> reads(w.size() * 2 / 16, 0);
-    g_reads = reads.data(); g_base = reinterpret_cast<const uint8_t*>(w.data());
+    g_reads = reads.data(); g_base = reinterpret_cast<const uint8_t*>(w.data()); g_nchunks = reads.size();
     std::mt19937 rng(rows ^ cols);
-    auto blocks = sample_blocks((rows + R - 1) / R, edge, mid, rng);
-    launch_blocks(blocks, T, [&] {
+    const int grid = (rows + R - 1) / R;
+    auto blocks = sample_blocks(grid, edge, mid, rng);
+    launch_blocks(blocks, grid, T, [&] {
         gemv_h<BF, R, T>(reinterpret_cast<const uint8_t*>(w.data()), x.data(), out.data(), rows, cols);
     });
+    std::vector<int> slots(rows, 0);
+    for (int b : blocks)
+        for (int i = 0; i < R; i++) slots[std::min(b * R + i, rows - 1)]++;
     char name[64];
     snprintf(name, 64, "gemv_h %s r%d", BF ? "bf16" : "f16", R);
-    report(name, rows, cols, 2, R, blocks, out, [&](int r, double& s, double& m) {
+    report(name, rows, R, blocks, out, [&](int r, double& s, double& m) {
         s = 0; m = 0;
         for (int c = 0; c < cols; c++) { double p = wd((size_t)r * cols + c) * x[c]; s += p; m += std::fabs(p); }
-    });
+    }, (size_t)cols * 2 / 16, [&](int r, size_t) { return slots[r]; });
     g_reads = nullptr;
 }
 
-// Every one-row variant of kernels/gemv_fp8.cu (FP8_ROW1_ALL: R, T, U) on one case.
+// Every one-row variant of kernels/gemv_fp8.cu (FP8_ROW1_ALL: R, U; the tensor-core ones:
+// M, U, on the sm_89+ path only) on one case, in both weight orders.
 template <int E5M2, bool TILED, int DEC>
 void all_variants(std::vector<int> parts, int cols, int edge = 1 << 20, int mid = 0) {
-    check_fp8<E5M2, TILED, DEC, 4, 32, 2>(parts, cols, edge, mid);
-    check_fp8<E5M2, TILED, DEC, 8, 32, 1>(parts, cols, edge, mid);
-    check_fp8<E5M2, TILED, DEC, 2, 128, 4>(parts, cols, edge, mid);
-    check_fp8<E5M2, TILED, DEC, 4, 128, 4>(parts, cols, edge, mid);
+    for (bool lanes : {false, true}) {
+        check_fp8<Kind::Row1, E5M2, TILED, DEC, 4, 2>(parts, cols, lanes, edge, mid);
+        check_fp8<Kind::Row1, E5M2, TILED, DEC, 8, 1>(parts, cols, lanes, edge, mid);
+        check_fp8<Kind::Row1, E5M2, TILED, DEC, 4, 4>(parts, cols, lanes, edge, mid);
+        check_fp8<Kind::Row1, E5M2, TILED, DEC, 8, 2>(parts, cols, lanes, edge, mid);
+        check_fp8<Kind::Row1, E5M2, TILED, DEC, 4, 6>(parts, cols, lanes, edge, mid);
+#ifdef EMU_CVT
+        if (DEC == 1) {
+            check_fp8<Kind::Mma, E5M2, TILED, DEC, 1, 6>(parts, cols, lanes, edge, mid);
+            check_fp8<Kind::Mma, E5M2, TILED, DEC, 2, 3>(parts, cols, lanes, edge, mid);
+        }
+#endif
+    }
 }
 
 int main(int argc, char** argv) {

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "70f1153c44942914464b54d1879a5b2568f40248d4efdd79381dbd6b2048a800";
+    "649527e4ae64fa0392da0ab12e48d8fb8506e20591dab7455d60805614217269";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

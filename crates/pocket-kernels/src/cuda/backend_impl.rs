@@ -466,8 +466,8 @@ impl Backend for CudaBackend {
         out: &mut Tensor,
     ) -> Result<()> {
         // One row of FP8 weights: gemv_fp8_silu, one launch (`POCKET_GATE_UP_FUSED=0`: off).
-        if super::gemv_fp8::gate_up_fused_applies(x, w) {
-            super::gemv_fp8::gate_up_silu(self, x, w, out, None)?;
+        if super::gate_up_fp8::gate_up_fused_applies(x, w) {
+            super::gate_up_fp8::gate_up_silu(self, x, w, out, None)?;
         } else {
             self.matmul(x, w, gate_up)?;
             self.silu_mul_halves(gate_up, out)?;

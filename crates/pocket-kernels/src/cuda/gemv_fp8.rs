@@ -7,22 +7,24 @@
 //! `matmul_fp8.rs`.
 
 use super::kernels::Kernel;
-use super::matmul_fp8::{prepare, weight_ptrs, Fp8Call, Fp8Kernel, Fp8Kind};
+use super::matmul_fp8::{prepare, Fp8Call, Fp8Kernel, Fp8Kind};
 use super::rms_fold::{self, RmsFoldArgs};
 use super::switch::{EnvChoice, EnvSwitch};
+use super::Artifact;
 use super::CudaBackend;
 use crate::error::shape_err;
-use crate::{DType, Result, Tensor, Weight};
+use crate::{Result, Tensor, Weight};
 
 /// Weight rows one GEMV block covers (4 warps x 4 rows, the `n4`/`n8` kernels).
 const GEMV_BLOCK_ROWS: usize = 16;
 /// Threads per GEMV block (4 warps; FP8R_THREADS of the one-row kernels too).
-const GEMV_BLOCK_THREADS: u32 = 128;
+pub(crate) const GEMV_BLOCK_THREADS: u32 = 128;
 
 /// The one-row (n = 1) FP8 GEMV variants: one template (`gemv_fp8_row1` in kernels/gemv_fp8.cu)
-/// that differs in the weight rows per warp. Both keep 8 independent 16-byte weight loads in
-/// flight per thread and refill each slot as it is used. (The whole-block row groups, 2 or 4
-/// rows per block, won no shape in sessions 4 and 5 and were removed.)
+/// that differs in the weight rows per warp and the steps in flight, each thread refilling a
+/// slot of 16-byte weight loads as it is used; and the tensor-core form
+/// (`gemv_fp8_row1_mma`, kernels/fp8_row_mma.cuh). (The whole-block row groups, 2 or 4 rows per
+/// block, won no shape in sessions 4 and 5 and were removed.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fp8Row1 {
     /// One warp per 4 rows, 16 rows per block (`_n1`).
@@ -36,24 +38,39 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
+    /// Tensor cores (`_n1m1`, kernels/fp8_row_mma.cuh): a block's 4 warps split the columns of
+    /// 16 rows and multiply them with f16 mma.sync, 24 loads per thread in flight; sm_90 cubin
+    /// only. Not yet measured on a GPU; never chosen by [`Fp8Row1::for_shape`].
+    Mma,
+    /// [`Fp8Row1::Mma`] over 32 rows per block (`_n1m2`): the activation's conversion shared by
+    /// twice the rows, 3 tiles in flight (also 24 loads per thread).
+    Mma2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 5] = [
+    pub const ALL: [Fp8Row1; 7] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
+        Fp8Row1::Mma,
+        Fp8Row1::Mma2,
     ];
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Mma => 16,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep | Fp8Row1::Mma2 => 32,
         }
+    }
+
+    /// Whether the variant runs on tensor cores, so only from the sm_90 cubin (the compute_75
+    /// PTX has no f16 mma.sync of this shape nor the E4M3 conversion).
+    pub fn needs_sm90_cubin(self) -> bool {
+        matches!(self, Fp8Row1::Mma | Fp8Row1::Mma2)
     }
 
     /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
@@ -64,6 +81,8 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
+            Fp8Row1::Mma => "mma",
+            Fp8Row1::Mma2 => "mma2",
         }
     }
 
@@ -119,7 +138,7 @@ const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d|warp4d6 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6|mma|mma2 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
 /// [`CudaBackend::set_fp8_gemv`].
 static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
@@ -131,6 +150,8 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
         Some(Fp8Row1::Warp4Deep),
         Some(Fp8Row1::Warp8Deep),
         Some(Fp8Row1::Warp4Deep6),
+        Some(Fp8Row1::Mma),
+        Some(Fp8Row1::Mma2),
     ],
     |v| match v.and_then(Fp8Row1::parse) {
         Some(f) => Some(f),
@@ -156,29 +177,6 @@ impl CudaBackend {
         ROW1_BITS.set(Some(on));
     }
 
-    /// The fused one-row `[gate; up]` GEMV + SwiGLU of an FP8 weight (see
-    /// [`crate::Backend::matmul_silu_halves`]) with `outputs_per_warp` outputs per warp (1, 2 or
-    /// 4; `None`: the per-shape choice), whatever `POCKET_GATE_UP_FUSED` says: for tests and
-    /// benchmarks that compare variants. `outputs_per_warp` must divide the output width.
-    pub fn fp8_gate_up_silu_row1(
-        &self,
-        x: &Tensor,
-        w: &Weight,
-        out: &mut Tensor,
-        outputs_per_warp: Option<usize>,
-    ) -> Result<()> {
-        let v = match outputs_per_warp {
-            None => None,
-            Some(n) => Some(Fp8GateUp::with_outputs(n).ok_or_else(|| {
-                shape_err(
-                    "fp8_gate_up_silu_row1",
-                    format!("{n} outputs per warp (1, 2 or 4)"),
-                )
-            })?),
-        };
-        gate_up_silu(self, x, w, out, v)
-    }
-
     /// `out [1, rows] = x [1, cols] · Wᵀ` for an FP8 weight through one given one-row variant
     /// and decode (`int_decode`: the `_bits` kernels; E5M2 has none and ignores it), whatever the
     /// process-wide choice: for tests and benchmarks that compare variants side by side.
@@ -199,154 +197,6 @@ impl CudaBackend {
         let p = prepare(self, OP, kind, x, w, out)?;
         launch_row1(self, kind, variant, int_decode, &p, RmsFoldArgs::default())
     }
-}
-
-/// The one-row GEMV of a stacked `[gate; up]` FP8 weight with the SwiGLU epilogue
-/// (`gemv_fp8_silu_*` in kernels/gemv_fp8.cu): one warp per 1, 2 or 4 outputs, each output's
-/// gate and up rows read together, so a warp streams 2, 4 or 8 weight rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fp8GateUp {
-    /// One output (2 rows) per warp, 4 steps in flight (`_gu1`): any intermediate width.
-    Warp1,
-    /// Two outputs (4 rows) per warp, 2 steps in flight (`_gu2`): the loads of [`Fp8Row1::Warp4`].
-    Warp2,
-    /// Four outputs (8 rows) per warp, 1 step in flight (`_gu4`): the loads of [`Fp8Row1::Warp8`].
-    Warp4,
-}
-
-impl Fp8GateUp {
-    /// Outputs one warp computes.
-    pub fn outputs_per_warp(self) -> usize {
-        match self {
-            Fp8GateUp::Warp1 => 1,
-            Fp8GateUp::Warp2 => 2,
-            Fp8GateUp::Warp4 => 4,
-        }
-    }
-
-    /// The variant of `n` outputs per warp.
-    pub fn with_outputs(n: usize) -> Option<Fp8GateUp> {
-        [Fp8GateUp::Warp1, Fp8GateUp::Warp2, Fp8GateUp::Warp4]
-            .into_iter()
-            .find(|v| v.outputs_per_warp() == n)
-    }
-
-    /// The variant for `inter` outputs over `cols` columns given the plain GEMV's variant for the
-    /// stacked `[2 inter, cols]` matrix: the same 16-byte loads in flight per thread (the plain
-    /// kernel's 4 rows x 2 steps or 8 rows x 1 step become 2 or 4 outputs of 2 rows each) and the
-    /// same blocks (16 or 32 rows each), since the bytes in flight per SM are what the one-row
-    /// GEMV's speed follows. The 27B MLP (inter 17408 = 34816 stacked rows) takes 2 per warp like
-    /// its stacked GEMV; the 8B-class ones (14336 or 12288: 24-28K stacked rows) 4. The up rows
-    /// of a warp must share a 128-row tile, so the outputs per warp must divide `inter`: smaller
-    /// groups where not.
-    pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
-        let mut v = match plain {
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
-        };
-        while !inter.is_multiple_of(v.outputs_per_warp()) {
-            v = match v {
-                Fp8GateUp::Warp4 => Fp8GateUp::Warp2,
-                _ => Fp8GateUp::Warp1,
-            };
-        }
-        v
-    }
-}
-
-/// `POCKET_GATE_UP_FUSED=0`: the one-row FP8 `matmul_silu_halves` runs the stacked GEMV and
-/// `silu_mul_halves` (two launches) instead of the fused kernel.
-static GATE_UP_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_GATE_UP_FUSED");
-
-/// Whether the CUDA backend's `matmul_silu_halves` takes the fused FP8 kernel for `w` and `x`:
-/// an FP8 weight, one activation row, and `POCKET_GATE_UP_FUSED` not `0`.
-pub(crate) fn gate_up_fused_applies(x: &Tensor, w: &Weight) -> bool {
-    Fp8Kind::of(w.format).is_some() && x.rows() == 1 && GATE_UP_FUSED.on()
-}
-
-/// `out [1, inter] = silu(x · W[..inter]ᵀ) * (x · W[inter..]ᵀ)` for a stacked FP8 `[gate; up]`
-/// weight `W` `[2 inter, cols]` and one activation row, in one launch of `variant` (`None`: the
-/// per-shape choice, [`Fp8GateUp::for_plain`] of the plain GEMV's variant for the stacked
-/// shape, which `POCKET_GEMV_FP8` may force).
-pub(crate) fn gate_up_silu(
-    be: &CudaBackend,
-    x: &Tensor,
-    w: &Weight,
-    out: &mut Tensor,
-    variant: Option<Fp8GateUp>,
-) -> Result<()> {
-    const OP: &str = "matmul_silu_halves";
-    // `out` may hold the input whose quantization the q8 scratch caches; the fused kernel
-    // writes no quantization of its own output (the FP8 down projection reads f32), so a GGML
-    // down projection after it quantizes `out` itself.
-    be.invalidate_q8();
-    let kind = Fp8Kind::of(w.format)
-        .ok_or_else(|| shape_err(OP, format!("{} is not an FP8 weight format", w.format)))?;
-    let inter = out.row_len();
-    if inter == 0 || w.rows != 2 * inter {
-        return Err(shape_err(
-            OP,
-            format!(
-                "weight of {} rows is not [gate; up] for {inter} outputs",
-                w.rows
-            ),
-        ));
-    }
-    if x.rows() != 1 || out.rows() != 1 {
-        return Err(shape_err(
-            OP,
-            format!("x {:?} and out {:?} are not one row", x.shape, out.shape),
-        ));
-    }
-    if x.row_len() != w.cols {
-        return Err(shape_err(
-            OP,
-            format!(
-                "x rows of {} for a weight of {} columns",
-                x.row_len(),
-                w.cols
-            ),
-        ));
-    }
-    let (wp, sp) = weight_ptrs(be, OP, kind, w)?;
-    let xp = be.ptr_of(OP, "x", x, DType::F32)?;
-    let op = be.ptr_of(OP, "out", out, DType::F32)?;
-    let v =
-        variant.unwrap_or_else(|| Fp8GateUp::for_plain(row1_variant(be, w.rows, w.cols), inter));
-    if !inter.is_multiple_of(v.outputs_per_warp()) {
-        return Err(shape_err(
-            OP,
-            format!(
-                "{} outputs per warp do not divide {inter} outputs (up rows would straddle tiles)",
-                v.outputs_per_warp()
-            ),
-        ));
-    }
-    // 4 warps per block.
-    let per_block = 4 * v.outputs_per_warp();
-    let blocks = u32::try_from(inter.div_ceil(per_block))
-        .map_err(|_| shape_err(OP, format!("{inter} outputs exceed one grid")))?;
-    // The consumer half of a folded norm whose output is x (cuda/rms_fold.rs); its barriers
-    // need whole blocks.
-    let whole = inter.is_multiple_of(per_block);
-    let (xp, fold) = rms_fold::take_for_consumer(be, xp, w.cols, whole, (op, 4 * inter))?
-        .unwrap_or((xp, RmsFoldArgs::default()));
-    be.launch(
-        OP,
-        Kernel::Fp8(Fp8Kernel::SiluRow1(kind, v)),
-        (blocks, 1, 1),
-        GEMV_BLOCK_THREADS,
-        args![
-            wp,
-            sp,
-            w.tensor_scale.unwrap_or(1.0),
-            xp,
-            op,
-            inter as i32,
-            w.cols as i32,
-            fold
-        ],
-    )
 }
 
 /// Which GEMV variant serves a number of activation rows.
@@ -374,9 +224,18 @@ impl GemvRows {
 /// The one-row variant for a `rows x cols` weight on `be`: the forced one, else the per-shape
 /// choice.
 pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row1 {
-    ROW1.get()
-        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
+    ROW1.get().unwrap_or_else(
+        || match Fp8Row1::for_shape(rows, cols, be.sm_count() as usize) {
+            Fp8Row1::Warp4Deep6 if MMA.on() && be.artifact() == Artifact::Sm90Cubin => Fp8Row1::Mma,
+            v => v,
+        },
+    )
 }
+
+/// `POCKET_FP8_MMA=1`: the per-shape choice takes [`Fp8Row1::Mma`] where it would take
+/// [`Fp8Row1::Warp4Deep6`] (the 5120-row matrices of the 27B on the H200), for the whole-step
+/// A/B of the tensor-core GEMV (sm_90 cubin only; off by default: not yet measured).
+static MMA: EnvSwitch = EnvSwitch::off_unless_one("POCKET_FP8_MMA");
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
 /// `variant`, whose epilogue also does the fold's residual add and partial sums (`fold`).
@@ -405,6 +264,15 @@ fn launch_row1(
 ) -> Result<()> {
     if p.rows == 0 {
         return Ok(());
+    }
+    if variant.needs_sm90_cubin() && be.artifact() != Artifact::Sm90Cubin {
+        return Err(shape_err(
+            "matmul",
+            format!(
+                "the {} FP8 GEMV runs only from the sm_90 cubin (this GPU loaded PTX)",
+                variant.name()
+            ),
+        ));
     }
     be.launch(
         "matmul",
@@ -517,49 +385,15 @@ mod tests {
                     for bits in [false, true] {
                         let k = Fp8Kernel::Row1(Fp8Kind { e5m2, tiled }, v, bits).symbol();
                         assert!(ptx.contains(&format!(".entry {k}(")), "{k} not in the PTX");
-                        // E5M2 has no integer-decode kernels: both map to one symbol.
-                        assert!(seen.insert(k) || e5m2, "{k} twice");
+                        // E5M2 and the tensor-core variants have no integer-decode kernels: both
+                        // map to one symbol.
+                        let one = e5m2 || v.needs_sm90_cubin();
+                        assert!(seen.insert(k) || one, "{k} twice");
                     }
                 }
             }
         }
-        assert_eq!(seen.len(), 30);
-    }
-
-    #[test]
-    fn gate_up_variant_follows_the_plain_one_and_divides_the_width() {
-        use Fp8GateUp as G;
-        // 27B (inter 17408: 34816 stacked rows, the 4-row warp kernel), 8B-class (14336, 12288:
-        // the 8-row one), and widths the larger groups do not divide.
-        for (inter, want) in [
-            (17408, G::Warp2),
-            (14336, G::Warp4),
-            (12288, G::Warp4),
-            (2048, G::Warp2),
-            (1030, G::Warp2),
-            (1031, G::Warp1),
-        ] {
-            let plain = Fp8Row1::for_shape(2 * inter, 5120, 132);
-            assert_eq!(G::for_plain(plain, inter), want, "inter {inter}");
-        }
-        assert_eq!(G::for_plain(Fp8Row1::Warp8, 14338), G::Warp2);
-        for v in [G::Warp1, G::Warp2, G::Warp4] {
-            assert_eq!(G::with_outputs(v.outputs_per_warp()), Some(v));
-        }
-        assert_eq!(G::with_outputs(3), None);
-    }
-
-    #[test]
-    fn gate_up_symbols_are_built() {
-        let ptx = crate::cuda::artifacts::ModuleId::GemvFp8.ptx();
-        for e5m2 in [false, true] {
-            for tiled in [false, true] {
-                for v in [Fp8GateUp::Warp1, Fp8GateUp::Warp2, Fp8GateUp::Warp4] {
-                    let k = Fp8Kernel::SiluRow1(Fp8Kind { e5m2, tiled }, v).symbol();
-                    assert!(ptx.contains(&format!(".entry {k}(")), "{k} not in the PTX");
-                }
-            }
-        }
+        assert_eq!(seen.len(), 38);
     }
 
     #[test]

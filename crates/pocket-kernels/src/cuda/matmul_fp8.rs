@@ -36,7 +36,8 @@ use cudarc::cublas::sys as bsys;
 use pocket_quant::{fp8_tile_lanes, QuantFormat};
 
 use super::cublas::ChunkedGemm;
-use super::gemv_fp8::{gemv, Fp8GateUp, Fp8Row1, GemvRows};
+use super::gate_up_fp8::Fp8GateUp;
+use super::gemv_fp8::{gemv, Fp8Row1, GemvRows};
 use super::kernels::Kernel;
 use super::matmul::{check_matmul_shapes, GEMV_MAX_ROWS};
 use super::memory::{cuda_err, CudaWeight, WeightLayout};
@@ -121,6 +122,9 @@ impl Fp8Kernel {
                             Fp8Row1::Warp4Deep => concat!("gemv_fp8_", $f, "_n1d", $b),
                             Fp8Row1::Warp8Deep => concat!("gemv_fp8_", $f, "_n1w8d", $b),
                             Fp8Row1::Warp4Deep6 => concat!("gemv_fp8_", $f, "_n1d6", $b),
+                            // f16 conversion only: the integer decode maps to the same kernel.
+                            Fp8Row1::Mma => concat!("gemv_fp8_", $f, "_n1m1"),
+                            Fp8Row1::Mma2 => concat!("gemv_fp8_", $f, "_n1m2"),
                         }
                     };
                 }

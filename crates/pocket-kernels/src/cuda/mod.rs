@@ -25,6 +25,7 @@ mod attn;
 pub mod attn_prefill;
 mod backend_impl;
 mod cublas;
+mod gate_up_fp8;
 mod gemv_fp8;
 mod gemv_q8;
 pub mod graph;
