@@ -11,21 +11,9 @@ use pocket_kernels::cuda::{Artifact, CudaBackend, Fp8Row1};
 use pocket_kernels::{Backend, DType, Device, DeviceKind, HostBytes, KernelError};
 use pocket_quant::QuantFormat;
 
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
+#[path = "rng/mod.rs"]
+mod rng;
+use rng::Rng;
 
 fn cuda() -> Option<Device> {
     match Device::open(DeviceKind::Cuda(0)) {

@@ -9,6 +9,10 @@
 use pocket_kernels::cuda::CudaBackend;
 use pocket_kernels::{Backend, DType};
 
+#[path = "rng/mod.rs"]
+mod rng;
+use rng::Rng;
+
 fn gpu() -> Option<CudaBackend> {
     match CudaBackend::new(0) {
         Ok(b) => Some(b),
@@ -16,23 +20,6 @@ fn gpu() -> Option<CudaBackend> {
             eprintln!("skipped: no CUDA device ({e})");
             None
         }
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((u >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| scale * self.f32()).collect()
     }
 }
 
@@ -104,7 +91,7 @@ fn decode_norms_write_the_reference_and_its_exact_quantization() {
     for d in [576usize, 896, 4096, 5120, 17408] {
         for n in [1usize, 3, 8] {
             let w: Vec<f32> = (0..d).map(|_| 1.0 + 0.5 * rng.f32()).collect();
-            let (x, delta) = (rng.vec(n * d, 2.0), rng.vec(n * d, 0.5));
+            let (x, delta) = (rng.scaled(n * d, 2.0), rng.scaled(n * d, 0.5));
             let wt = be.upload_f32(&w, &[d]).unwrap();
             let xt = be.upload_f32(&x, &[n, d]).unwrap();
             let mut h = be.alloc(DType::F32, &[n, d]).unwrap();
@@ -135,7 +122,7 @@ fn silu_mul_halves_matches_the_split_path_and_quantizes_exactly() {
     let mut rng = Rng::new(8);
     for d in [96usize, 1536, 4864, 14336, 17408] {
         for n in [1usize, 3] {
-            let (g, u) = (rng.vec(n * d, 4.0), rng.vec(n * d, 2.0));
+            let (g, u) = (rng.scaled(n * d, 4.0), rng.scaled(n * d, 2.0));
             let mut x = Vec::with_capacity(2 * n * d);
             for r in 0..n {
                 x.extend_from_slice(&g[r * d..(r + 1) * d]);
@@ -227,8 +214,8 @@ fn decode_attention_head_split_and_fused_q8() {
             // Blocks in reverse order, so the tables matter.
             let tables: Vec<u32> = (0..nblocks as u32).rev().collect();
             let cache_len = nblocks * bs * kvh * hd;
-            let (kv, vv) = (rng.vec(cache_len, 1.0), rng.vec(cache_len, 1.0));
-            let qv = rng.vec(n * heads * hd, 2.0);
+            let (kv, vv) = (rng.scaled(cache_len, 1.0), rng.scaled(cache_len, 1.0));
+            let qv = rng.scaled(n * heads * hd, 2.0);
             let kc = be.upload_f32(&kv, &[nblocks, bs, kvh, hd]).unwrap();
             let vc = be.upload_f32(&vv, &[nblocks, bs, kvh, hd]).unwrap();
             let q = be.upload_f32(&qv, &[n, heads, hd]).unwrap();
@@ -257,7 +244,7 @@ fn decode_attention_head_split_and_fused_q8() {
                     let what = format!(
                         "{heads}/{kvh} hd {hd} lens {lens:?} bound {bound} heads/block {hpb}"
                     );
-                    let z = be.upload_f32(&rng.vec(n * row, 3.0), &[n, row]).unwrap();
+                    let z = be.upload_f32(&rng.scaled(n * row, 3.0), &[n, row]).unwrap();
                     be.quantized_activation(&z, false).unwrap();
                     be.set_attn_heads_per_block(hpb);
                     let mut out = be.alloc(DType::F32, &[n, row]).unwrap();
@@ -320,7 +307,7 @@ fn multi_block_greedy_matches_a_host_scan() {
         (3, 248_320),
         (70, 49_152),
     ] {
-        let mut l = rng.vec(n * vocab, 4.0);
+        let mut l = rng.scaled(n * vocab, 4.0);
         let r0 = &mut l[..vocab];
         // The maximum twice, far apart (different blocks): the first wins. A NaN before it.
         r0[vocab / 2 + 1] = 9.0;

@@ -5,24 +5,9 @@
 use pocket_kernels::{DType, Device, HostBytes, Result, Tensor};
 use pocket_quant::{GgmlType, QuantFormat};
 
-/// A small deterministic generator (xorshift64*), values in [-3, 3).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn f32(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let u = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((u >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-}
+#[path = "rng/mod.rs"]
+mod rng;
+use rng::Rng;
 
 fn alloc(d: &Device, shape: &[usize]) -> Tensor {
     d.alloc(DType::F32, shape).unwrap()
@@ -49,7 +34,7 @@ fn split_columns_copies_each_range() {
     for d in Device::all_for_tests() {
         for &(n, widths) in cases {
             let w: usize = widths.iter().sum();
-            let x = rng.vec(n * w);
+            let x = rng.scaled(n * w, 3.0);
             let xt = d.upload_f32(&x, &[n, w]).unwrap();
             let mut outs: Vec<Tensor> = widths.iter().map(|&wi| alloc(&d, &[n, wi])).collect();
             let mut refs: Vec<&mut Tensor> = outs.iter_mut().collect();
@@ -94,7 +79,7 @@ fn silu_mul_halves_matches_silu_mul_of_the_split() {
     let cases = [(1, 64), (3, 256), (8, 96), (13, 128), (4, 24)];
     for d in Device::all_for_tests() {
         for (n, ff) in cases {
-            let x = rng.vec(n * 2 * ff);
+            let x = rng.scaled(n * 2 * ff, 3.0);
             let xt = d.upload_f32(&x, &[n, 2 * ff]).unwrap();
             let mut fused = alloc(&d, &[n, ff]);
             ran(&d, d.silu_mul_halves(&xt, &mut fused));
@@ -132,7 +117,7 @@ fn silu_mul_halves_matches_silu_mul_of_the_split() {
 fn matmul_after_silu_mul_halves_matches_the_unfused_path() {
     let mut rng = Rng::new(3);
     let (rows, ff) = (48, 512);
-    let wv = rng.vec(rows * ff);
+    let wv = rng.scaled(rows * ff, 3.0);
     for fmt in [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0] {
         let format = QuantFormat::Ggml(fmt);
         let bytes = match pocket_quant::quantize(format, &wv) {
@@ -151,7 +136,7 @@ fn matmul_after_silu_mul_halves_matches_the_unfused_path() {
                 )
                 .unwrap();
             for n in [1, 2, 8] {
-                let x = rng.vec(n * 2 * ff);
+                let x = rng.scaled(n * 2 * ff, 3.0);
                 let xt = d.upload_f32(&x, &[n, 2 * ff]).unwrap();
                 let mut act = alloc(&d, &[n, ff]);
                 let mut fused = alloc(&d, &[n, rows]);

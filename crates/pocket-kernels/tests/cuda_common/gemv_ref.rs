@@ -6,21 +6,9 @@
 use pocket_kernels::{Backend, DType, HostBytes};
 use pocket_quant::{GgmlType, QuantFormat, QuantMatrix};
 
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
+#[path = "../rng/mod.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// Offsets of the f16 scales inside one block (ggml layouts), to overwrite with finite values.
 pub fn scale_offsets(t: GgmlType) -> &'static [usize] {

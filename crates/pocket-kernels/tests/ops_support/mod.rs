@@ -4,34 +4,9 @@
 
 use pocket_kernels::{Device, RecurrentMeta, Tensor};
 
-/// A small deterministic generator (xorshift64*), so tests need no extra crates.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    /// The generator at state `s` as is, without mixing the seed (`s` must not be 0).
-    pub fn from_state(s: u64) -> Self {
-        Rng(s)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [-1, 1).
-    pub fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+#[path = "../rng/mod.rs"]
+mod rng;
+pub use rng::Rng;
 
 pub fn up(d: &Device, data: &[f32], shape: &[usize]) -> Tensor {
     d.upload_f32(data, shape).unwrap()
