@@ -67,6 +67,18 @@ impl Fp8Row1 {
         }
     }
 
+    /// Blocks of the variant one SM is guaranteed to hold at once: the second argument of its
+    /// kernels' `__launch_bounds__` (gemv_fp8.cu), which caps their registers so (the PTX's
+    /// `.minnctapersm`; a unit test reads it there).
+    pub fn blocks_per_sm(self) -> usize {
+        match self {
+            Fp8Row1::Warp4 => 6,
+            Fp8Row1::Warp8 => 7,
+            Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
+            Fp8Row1::Warp4Deep6 | Fp8Row1::Mma | Fp8Row1::Mma2 => 3,
+        }
+    }
+
     /// Whether the variant runs on tensor cores, so only from the sm_90 cubin (the compute_75
     /// PTX has no f16 mma.sync of this shape nor the E4M3 conversion).
     pub fn needs_sm90_cubin(self) -> bool {
@@ -95,7 +107,7 @@ impl Fp8Row1 {
     /// measurements of every variant at the 27B shapes (`bench_fp8_gemv_27b`): the 8-row warp
     /// kernels at 12K..32K rows (session 4: 14336..17408 rows faster than the 4-row ones), the
     /// 4-row ones elsewhere; the deep form of that kernel where its grid fits in one wave (at
-    /// most [`DEEP_BLOCKS_PER_SM`] blocks per SM). Session 6 (H200, 132 SMs,
+    /// most [`Fp8Row1::blocks_per_sm`] blocks per SM). Session 6 (H200, 132 SMs,
     /// docs/performance/logs/2026-11-30-s6-final/cuda_bench_decode.log): deep 5120x17408 25.7
     /// against 27.2 us, 5120x6144 11.5 / 11.8, 16384x5120 22.9 / 23.3, 14336x5120 20.6 / 20.9,
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
@@ -110,9 +122,12 @@ impl Fp8Row1 {
             (Fp8Row1::Warp4, Fp8Row1::Warp4Deep)
         };
         let blocks = rows.div_ceil(deep.rows_per_block());
-        if !DEEP.on() || blocks > DEEP_BLOCKS_PER_SM * sms {
+        if !DEEP.on() || blocks > deep.blocks_per_sm() * sms {
             plain
-        } else if deep == Fp8Row1::Warp4Deep && DEEP6.on() && blocks <= DEEP6_BLOCKS_PER_SM * sms {
+        } else if deep == Fp8Row1::Warp4Deep
+            && DEEP6.on()
+            && blocks <= Fp8Row1::Warp4Deep6.blocks_per_sm() * sms
+        {
             Fp8Row1::Warp4Deep6
         } else {
             deep
@@ -120,14 +135,8 @@ impl Fp8Row1 {
     }
 }
 
-/// Blocks of [`Fp8Row1::Warp4Deep6`] one SM holds at once (`__launch_bounds__(128, 3)`).
-pub const DEEP6_BLOCKS_PER_SM: usize = 3;
 /// `POCKET_FP8_DEEP6=0`: [`Fp8Row1::for_shape`] stops at the 4-step deep form (A/B).
 static DEEP6: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP6");
-
-/// Blocks of a deep form one SM holds at once (`__launch_bounds__(128, 4)` in gemv_fp8.cu: 128
-/// registers per thread).
-pub const DEEP_BLOCKS_PER_SM: usize = 4;
 
 /// `POCKET_FP8_DEEP=0`: [`Fp8Row1::for_shape`] never picks the deep forms.
 static DEEP: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP");
@@ -373,6 +382,25 @@ mod tests {
             assert_eq!(128 % v.rows_per_block().min(128), 0);
         }
         assert_eq!(Fp8Row1::parse("auto"), None);
+    }
+
+    #[test]
+    fn row1_blocks_per_sm_are_the_kernels_launch_bounds() {
+        let ptx = crate::cuda::artifacts::ModuleId::GemvFp8.ptx();
+        for e5m2 in [false, true] {
+            for v in Fp8Row1::ALL {
+                let k = Fp8Kernel::Row1(Fp8Kind { e5m2, tiled: true }, v, false).symbol();
+                let entry = ptx.find(&format!(".entry {k}(")).expect("entry in the PTX");
+                let head = &ptx[entry..entry + ptx[entry..].find('{').unwrap()];
+                let n: usize = head
+                    .split(".minnctapersm")
+                    .nth(1)
+                    .and_then(|t| t.split_whitespace().next())
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or_else(|| panic!("{k}: no .minnctapersm"));
+                assert_eq!(v.blocks_per_sm(), n, "{k}");
+            }
+        }
     }
 
     #[test]
