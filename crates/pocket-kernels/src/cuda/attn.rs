@@ -2,7 +2,7 @@
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
 use super::kernels::{CacheType, Kernel};
-use super::switch::EnvSwitch;
+use super::switch::{EnvChoice, EnvSwitch};
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
@@ -160,33 +160,38 @@ fn short_iter_keys(hd: usize) -> usize {
     128 / (hd / 8) * 4
 }
 
-/// 0: not read yet; otherwise 1 + the heads per block (`POCKET_ATTN_HEADS`, or the setter).
-static ATTN_HEADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Every heads-per-block value [`ATTN_HEADS`] may be set to: 0..=64 (at least a whole GQA
+/// group of any supported model).
+const HEADS_VALUES: [usize; 65] = {
+    let mut v = [0usize; 65];
+    let mut i = 0;
+    while i < v.len() {
+        v[i] = i;
+        i += 1;
+    }
+    v
+};
 
 /// Query heads per decode block at short contexts: `POCKET_ATTN_HEADS` (default 1; 0 serves the
 /// whole group from one block per KV head, the previous launch, kept for A/B), or
 /// [`CudaBackend::set_attn_heads_per_block`].
+static ATTN_HEADS: EnvChoice<usize> = EnvChoice::new("POCKET_ATTN_HEADS", &HEADS_VALUES, |v| {
+    v.and_then(|v| v.parse::<usize>().ok())
+        .map_or(1, |h| h.min(HEADS_VALUES.len() - 1))
+});
+
+/// The heads per decode block at short contexts ([`ATTN_HEADS`]).
 fn short_heads_per_block() -> usize {
-    use std::sync::atomic::Ordering::Relaxed;
-    match ATTN_HEADS.load(Relaxed) {
-        0 => {
-            let h = std::env::var("POCKET_ATTN_HEADS")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(1);
-            ATTN_HEADS.store(h + 1, Relaxed);
-            h
-        }
-        v => v - 1,
-    }
+    ATTN_HEADS.get()
 }
 
 impl CudaBackend {
     /// Query heads per block of the decode attention kernel for context bounds up to 256 keys:
-    /// 0 the whole GQA group (the previous launch), n > 0 at most n (the default is 1). As
-    /// `POCKET_ATTN_HEADS`; process-wide, for A/B benchmarks and tests.
+    /// 0 the whole GQA group (the previous launch), n > 0 at most n (the default is 1; more than
+    /// 64 counts as 64, a whole group of any supported model). As `POCKET_ATTN_HEADS`;
+    /// process-wide, for A/B benchmarks and tests.
     pub fn set_attn_heads_per_block(&self, heads: usize) {
-        ATTN_HEADS.store(heads + 1, std::sync::atomic::Ordering::Relaxed);
+        ATTN_HEADS.set(Some(heads.min(HEADS_VALUES.len() - 1)));
     }
 }
 
