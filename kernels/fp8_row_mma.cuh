@@ -226,14 +226,8 @@ __device__ __forceinline__ void gemv_fp8_row1_mma(const uint8_t* __restrict__ w,
         for (int k = 0; k < FP8M_WARPS; k++) v += red[k][tid];
         if (!TILED) v *= tscale;
     }
-    const bool mine = tid < ROWS && row0 + tid < rows;
-    if (f.parts_in) {
-        const float rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
-        v *= rs;
-        rms_fold_materialize(x, rs, cols, f);
-    }
-    if (mine) out[row0 + tid] = v;
-    if (f.res) rms_fold_produce(v, mine, row0 + tid, f);
+    rms_fold_gemv_end(v, tid < ROWS && row0 + tid < rows, row0 + tid, ss_in, x, cols, out, f,
+                      fold_sh);
 #else
     __trap();  // no f16 mma / e4m3 conversion here: the host never launches it
 #endif

@@ -77,14 +77,8 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
     pdl_trigger_late<MINB>();
     // Lane r < R takes row row0 + r.
     float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
-    const bool mine = lane < R && row0 + lane < rows;
-    if (f.parts_in) {
-        const float rs = rms_fold_block_scale(ss_in, cols, f.eps, fold_sh);
-        v *= rs;
-        rms_fold_materialize(x, rs, cols, f);
-    }
-    if (mine) out[row0 + lane] = v;
-    if (f.res) rms_fold_produce(v, mine, row0 + lane, f);
+    rms_fold_gemv_end(v, lane < R && row0 + lane < rows, row0 + lane, ss_in, x, cols, out, f,
+                      fold_sh);
 }
 
 // ---- one activation row of a stacked [gate; up] weight, SwiGLU epilogue ----------------------

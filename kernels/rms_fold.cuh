@@ -87,3 +87,18 @@ DEVI void rms_fold_produce(float v, bool mine, int row, const RmsFold& f) {
         f.parts_out[blockIdx.x] = s;
     }
 }
+
+// The end of a one-row GEMV that may hold a fold's halves, called by every thread of the block:
+// `v` is output row `row` where `mine`. The consumer half scales it by 1 / rms (from warp 0's
+// `ss_in`) and writes the block's share of the normalized row; then the store; then the
+// producer half (rms_fold_produce).
+DEVI void rms_fold_gemv_end(float v, bool mine, int row, float ss_in, const float* x, int cols,
+                            float* out, const RmsFold& f, float* sh) {
+    if (f.parts_in) {
+        const float rs = rms_fold_block_scale(ss_in, cols, f.eps, sh);
+        v *= rs;
+        rms_fold_materialize(x, rs, cols, f);
+    }
+    if (mine) out[row] = v;
+    if (f.res) rms_fold_produce(v, mine, row, f);
+}

@@ -363,6 +363,28 @@ fn inputs(s: Shape, rng: &mut Rng) -> Inputs {
     }
 }
 
+/// One layer with `reader` run unfused and folded: both against the reference, and the two
+/// against each other; failures into `f`.
+fn fold_against_unfused(
+    be: &CudaBackend,
+    label: &str,
+    s: Shape,
+    w: &[Fp8; 3],
+    inp: &Inputs,
+    reader: Reader,
+    f: &mut Vec<String>,
+) {
+    be.set_rms_fold(Some(false));
+    let plain = run(be, s, w, inp, reader);
+    be.set_rms_fold(Some(true));
+    let fold = run(be, s, w, inp, reader);
+    be.set_rms_fold(None);
+    check_ref(&format!("{label} unfused"), s, w, inp, &plain, f);
+    check_ref(&format!("{label} fold"), s, w, inp, &fold, f);
+    check_unfused(label, &fold, &plain, f);
+    eprintln!("{label}: checked");
+}
+
 #[test]
 fn folded_norm_equals_the_unfused_ops_for_every_reader() {
     let Some(be) = backend() else { return };
@@ -378,16 +400,15 @@ fn folded_norm_equals_the_unfused_ops_for_every_reader() {
             Reader::ReadBack,
             Reader::Producer,
         ] {
-            let label = format!("{s:?} {reader:?}");
-            be.set_rms_fold(Some(false));
-            let plain = run(&be, s, &w, &inp, reader);
-            be.set_rms_fold(Some(true));
-            let fold = run(&be, s, &w, &inp, reader);
-            be.set_rms_fold(None);
-            check_ref(&format!("{label} unfused"), s, &w, &inp, &plain, &mut f);
-            check_ref(&format!("{label} fold"), s, &w, &inp, &fold, &mut f);
-            check_unfused(&label, &fold, &plain, &mut f);
-            eprintln!("{label}: checked");
+            fold_against_unfused(
+                &be,
+                &format!("{s:?} {reader:?}"),
+                s,
+                &w,
+                &inp,
+                reader,
+                &mut f,
+            );
         }
     }
     assert!(f.is_empty(), "{} failures:\n{}", f.len(), f.join("\n"));
@@ -414,15 +435,7 @@ fn folded_norm_through_the_tensor_core_gemvs() {
             let inp = inputs(s, &mut rng);
             for reader in [Reader::Gemv, Reader::Producer] {
                 let label = format!("{} {s:?} {reader:?}", variant.name());
-                be.set_rms_fold(Some(false));
-                let plain = run(&be, s, &w, &inp, reader);
-                be.set_rms_fold(Some(true));
-                let fold = run(&be, s, &w, &inp, reader);
-                be.set_rms_fold(None);
-                check_ref(&format!("{label} unfused"), s, &w, &inp, &plain, &mut f);
-                check_ref(&format!("{label} fold"), s, &w, &inp, &fold, &mut f);
-                check_unfused(&label, &fold, &plain, &mut f);
-                eprintln!("{label}: checked");
+                fold_against_unfused(&be, &label, s, &w, &inp, reader, &mut f);
             }
         }
     }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "649527e4ae64fa0392da0ab12e48d8fb8506e20591dab7455d60805614217269";
+    "2d58f7103c018840c3f5bc2be4a799a5ae021fe605d9f17c8fbc74e4af6b1f40";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
