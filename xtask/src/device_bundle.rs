@@ -90,6 +90,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "session.sh",
         "profile.sh",
         "profile_summary.py",
+        "ncu_sass.sh",
     ] {
         std::fs::copy(
             root.join("scripts/device").join(script),

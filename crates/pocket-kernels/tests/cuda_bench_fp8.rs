@@ -38,9 +38,16 @@ fn bench_fp8_gemv_27b() {
         (17408, 5120, 0),
         (10240, 5120, 0),
     ];
+    // `POCKET_BENCH_FP8_SHAPES=5120x6144,...` keeps only those shapes (a profiler run that needs
+    // one shape's launches; the step sums then cover only them).
+    let only = std::env::var("POCKET_BENCH_FP8_SHAPES").ok();
+    let wanted = |rows: usize, cols: usize| {
+        only.as_deref()
+            .is_none_or(|l| l.split(',').any(|s| s.trim() == format!("{rows}x{cols}")))
+    };
     let mut lines = Vec::new();
     let (mut step_default, mut step_best, mut step_bytes) = (0f64, 0f64, 0f64);
-    for &(rows, cols, uses) in &shapes {
+    for &(rows, cols, uses) in shapes.iter().filter(|s| wanted(s.0, s.1)) {
         let (bytes, scales) = random_fp8(rows, cols);
         let wbytes = bytes.len() + scales.len();
         let ws = weight_copies(&be, f, rows, cols, bytes, Some(scales));
