@@ -335,7 +335,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 #define FP8_KERNELS(name, e5m2, tiled)                                                          \
     FP8_ROW1_ALL(name, e5m2, tiled, 1, )                                                        \
     FP8_ROW1_MMA(name, n1m1, e5m2, tiled, 1, 6, 3)                                              \
-    FP8_ROW1_MMA(name, n1m2, e5m2, tiled, 2, 3, 3)                                              \
+    FP8_ROW1_MMA(name, n1m2, e5m2, tiled, 2, 3, 2)                                              \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n4(                    \
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
         int cols, int m) {                                                                      \

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "2d58f7103c018840c3f5bc2be4a799a5ae021fe605d9f17c8fbc74e4af6b1f40";
+    "cf0fe5721dc2b48aa61983f70347615d69a80eb320b0d0847ecf68fdb6add9ca";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

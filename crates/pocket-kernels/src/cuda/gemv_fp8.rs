@@ -43,7 +43,7 @@ pub enum Fp8Row1 {
     /// only. Not yet measured on a GPU; never chosen by [`Fp8Row1::for_shape`].
     Mma,
     /// [`Fp8Row1::Mma`] over 32 rows per block (`_n1m2`): the activation's conversion shared by
-    /// twice the rows, 3 tiles in flight (also 24 loads per thread).
+    /// twice the rows, 3 tiles in flight (also 24 loads per thread), 2 blocks per SM.
     Mma2,
 }
 
@@ -75,7 +75,8 @@ impl Fp8Row1 {
             Fp8Row1::Warp4 => 6,
             Fp8Row1::Warp8 => 7,
             Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
-            Fp8Row1::Warp4Deep6 | Fp8Row1::Mma | Fp8Row1::Mma2 => 3,
+            Fp8Row1::Warp4Deep6 | Fp8Row1::Mma => 3,
+            Fp8Row1::Mma2 => 2,
         }
     }
 
