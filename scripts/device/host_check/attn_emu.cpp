@@ -142,7 +142,7 @@ static int run(const Cfg& c, std::mt19937& rng) {
     launch({S, c.kvh, splits}, 128, [&] { if (G > 4) attn_decode<T, 8>(a); else attn_decode<T, 4>(a); });
     if (splits > 1) {
         int nt = std::min((c.hd + 31) / 32 * 32, 256);
-        launch({S, c.heads, 1}, nt, [&] { attn_combine(pacc.data(), pml.data(), out.data(), c.heads, c.hd, splits, sl.data(), c.window, 32, nullptr, nullptr, nullptr); });
+        launch({S, c.heads, 1}, nt, [&] { attn_combine(pacc.data(), pml.data(), out.data(), c.heads, c.hd, splits, sl.data(), c.window, 32, nullptr, nullptr, nullptr, nullptr); });
     }
     int fails = 0;
     double worst = 0;
