@@ -102,8 +102,9 @@ DEVI float4 fp8m_x_piece(const float4* __restrict__ x4, int T, int lane, int off
     return 8 * T + k < nch ? v : make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// The warp's scale for a tile whose largest |x| is `mx`: p = 2^(14 - floor(log2 mx)), clamped
-// to [2^-126, 2^126] (zeros, f32 subnormals and inf / NaN stay as they are), and 1 / p.
+// The warp's scale for a tile whose largest |x| is `mx`: p = 2^(14 - floor(log2 mx)) and 1 / p,
+// p clamped to [2^-126, 2^126] so both are normal: a zero or f32-subnormal maximum takes 2^126,
+// an inf / NaN one 2^-114 (non-finite values stay non-finite).
 DEVI void fp8m_tile_scale(float mx, float& p, float& inv) {
     const int ef = (int)((__float_as_uint(mx) >> 23) & 0xffu);
     const int pf = min(max(268 - ef, 1), 253);

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "cf0fe5721dc2b48aa61983f70347615d69a80eb320b0d0847ecf68fdb6add9ca";
+    "21612ee00f197fb7fe832a0a83e718377eb606fa0d7e26e0ca404b59cd8e2a93";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
