@@ -64,14 +64,28 @@ DEVI void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
 
 // params: [rows, 4] f32 (temperature, top_k, top_p, min_p), or null for greedy rows.
 // rng: [rows, 4] u32 (seed lo, seed hi, counter lo, counter hi). Row blockIdx.y.
-// `multi` (greedy only, params null): grid (slices, rows) of GREEDY_THREADS, greedy.cuh's
-// multi-block pick; else one block of SAMPLE_THREADS per row, grid (1, rows).
+// `multi` 1 (greedy only, params null): grid (slices, rows) of GREEDY_THREADS, greedy.cuh's
+// multi-block pick. 2 (params given): grid (slices, rows) of SAMPLE_THREADS; a greedy row
+// (temperature <= 0) takes the multi-block pick over all its blocks, any other row is drawn by
+// its first block alone (the rest exit). A one-block pass over a 248K-entry row took ~110 us on
+// the H200 (Nsight, docs/performance/logs/2026-11-30-s7-profile/), 1.4% of a 27B decode token and
+// ~4% of an 8B one, while the engine's graphs always pass params. 0: one block per row, grid
+// (1, rows) (POCKET_SMALL_KERNELS=old).
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(const float* __restrict__ logits, const float* __restrict__ params, const uint32_t* __restrict__ rng,
                 uint32_t* __restrict__ ids, float* __restrict__ logprobs, int vocab, int multi) {
-    if (multi) {
+    if (multi == 1) {
         greedy_rows<true>(logits, ids, logprobs, vocab);
         return;
+    }
+    if (multi == 2) {
+        // The host writes params before the step; no kernel does, so they may be read before
+        // pdl_wait (greedy_rows waits inside).
+        if (!(params[blockIdx.y * 4] > 0.f)) {
+            greedy_rows<true>(logits, ids, logprobs, vocab);
+            return;
+        }
+        if (blockIdx.x != 0) return;
     }
     __shared__ float sh[32];
     __shared__ float chunk_mass[SAMPLE_THREADS];

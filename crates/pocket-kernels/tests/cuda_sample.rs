@@ -214,3 +214,54 @@ fn draws_are_reproducible_from_seed_and_counter() {
     let (d, _) = draw(&dev, &row, params, 43, 0, 256);
     assert_ne!(a, d, "another seed gives another stream");
 }
+
+/// Rows with per-row parameters where some are greedy (temperature 0): the greedy rows take the
+/// multi-block pick (several blocks per row at this vocabulary) and must equal the host's argmax
+/// and log-probability; the sampled rows beside them must draw exactly what each draws alone
+/// (the same one-block path and (seed, counter)), whatever the mix.
+#[test]
+fn greedy_and_sampled_rows_mixed_in_one_call() {
+    let Some(dev) = gpu() else { return };
+    let vocab = 50_001; // odd: the unaligned scalar path of the pick; 7 blocks per row
+    let temps = [0.0f32, 0.9, 0.0, -1.0, 1.2, 0.0];
+    let n = temps.len();
+    let rows: Vec<Vec<f32>> = (0..n).map(|r| logit_row(vocab, 500 + r as u64)).collect();
+    let params: Vec<[f32; 4]> = temps.iter().map(|&t| [t, 40.0, 0.9, 0.0]).collect();
+    let seed = |r: usize| [7 + r as u32, 0, 3, 0];
+    let run = |which: &[usize]| {
+        let logits: Vec<f32> = which.iter().flat_map(|&r| rows[r].clone()).collect();
+        let logits = dev.upload_f32(&logits, &[which.len(), vocab]).unwrap();
+        let p: Vec<f32> = which.iter().flat_map(|&r| params[r]).collect();
+        let p = dev.upload_f32(&p, &[which.len(), 4]).unwrap();
+        let s: Vec<u32> = which.iter().flat_map(|&r| seed(r)).collect();
+        let s = dev.upload_u32(&s, &[which.len(), 4]).unwrap();
+        let mut ids: Tensor = dev.alloc(DType::U32, &[which.len()]).unwrap();
+        let mut lps: Tensor = dev.alloc(DType::F32, &[which.len()]).unwrap();
+        dev.sample_rows(&logits, &p, &s, &mut ids, &mut lps)
+            .unwrap();
+        (dev.read_u32(&ids).unwrap(), dev.read_f32(&lps).unwrap())
+    };
+    let all: Vec<usize> = (0..n).collect();
+    let (ids, lps) = run(&all);
+    for r in 0..n {
+        let row = &rows[r];
+        if temps[r] > 0.0 {
+            let (alone, alone_lp) = run(&[r]);
+            assert_eq!(ids[r], alone[0], "row {r}: the mixed call's draw");
+            assert_eq!(
+                lps[r].to_bits(),
+                alone_lp[0].to_bits(),
+                "row {r}: its logprob"
+            );
+        } else {
+            let best = (0..vocab).fold(0, |b, i| if row[i] > row[b] { i } else { b });
+            assert_eq!(ids[r] as usize, best, "row {r}: greedy pick");
+            let want = row[best] as f64 - log_z(row);
+            assert!(
+                (lps[r] as f64 - want).abs() < 1e-4,
+                "row {r}: logprob {} vs {want}",
+                lps[r]
+            );
+        }
+    }
+}

@@ -11,7 +11,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-cp "$HERE"/gemv_emu.cpp "$WORK"/
+cp "$HERE"/gemv_emu.cpp "$HERE"/fibers.h "$WORK"/
 python3 - "$ROOT" "$WORK" <<'PY'
 import re, sys
 root, work = sys.argv[1], sys.argv[2]

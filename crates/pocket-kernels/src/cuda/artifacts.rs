@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "21612ee00f197fb7fe832a0a83e718377eb606fa0d7e26e0ca404b59cd8e2a93";
+    "73a0c36f27ebc263f98e45474443677f360b3ff5b77077fe6878eb9b1ad05d51";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

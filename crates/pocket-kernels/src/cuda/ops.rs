@@ -376,13 +376,34 @@ const GREEDY_THREADS: u32 = 256;
 /// `GREEDY_MAX_ROWS` in kernels/greedy.cuh, the sizes of its partials).
 const GREEDY_MAX_SLICES: usize = 128;
 const GREEDY_MAX_ROWS: usize = 64;
-/// Logits one block of the multi-block pick reduces, at least: two 16-byte loads per thread.
-const GREEDY_PER_BLOCK: usize = GREEDY_THREADS as usize * 8;
 
 /// The launches of a greedy pick over `n` rows of `vocab` logits: (first row, rows, shape).
 pub(crate) fn greedy_launches(
     n: usize,
     vocab: usize,
+) -> impl Iterator<Item = (usize, usize, GreedyShape)> {
+    multi_block_launches(n, vocab, GREEDY_THREADS, 1)
+}
+
+/// The launches of the device sampler with per-row parameters over `n` rows of `vocab` logits
+/// (`multi` 2 in kernels/sample.cu): blocks of `threads`, as many per row as the greedy pick of
+/// that block size takes; a greedy row is picked by all of them, any other row drawn by its first
+/// block. One block per row under `POCKET_SMALL_KERNELS=old` (the previous launch).
+pub(crate) fn sample_launches(
+    n: usize,
+    vocab: usize,
+    threads: u32,
+) -> impl Iterator<Item = (usize, usize, GreedyShape)> {
+    multi_block_launches(n, vocab, threads, 2)
+}
+
+/// Multi-block row launches of `threads`-thread blocks with the kernels' `multi` flag, or the
+/// one-block shape (1024 threads, flag 0) under `POCKET_SMALL_KERNELS=old`.
+fn multi_block_launches(
+    n: usize,
+    vocab: usize,
+    threads: u32,
+    multi: i32,
 ) -> impl Iterator<Item = (usize, usize, GreedyShape)> {
     let shape = if small_kernels_legacy() {
         GreedyShape {
@@ -391,14 +412,16 @@ pub(crate) fn greedy_launches(
             multi: 0,
         }
     } else {
+        // Two 16-byte loads per thread at least.
+        let per_block = threads as usize * 8;
         GreedyShape {
-            slices: vocab.div_ceil(GREEDY_PER_BLOCK).clamp(1, GREEDY_MAX_SLICES) as u32,
-            threads: GREEDY_THREADS,
-            multi: 1,
+            slices: vocab.div_ceil(per_block).clamp(1, GREEDY_MAX_SLICES) as u32,
+            threads,
+            multi,
         }
     };
     // The grid's y is at most 65535; the multi-block partials hold GREEDY_MAX_ROWS rows.
-    let step = if shape.multi == 1 {
+    let step = if shape.multi != 0 {
         GREEDY_MAX_ROWS
     } else {
         65535

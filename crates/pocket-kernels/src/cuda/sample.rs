@@ -1,9 +1,9 @@
 //! Launchers of the device sampler (kernels/sample.cu): greedy with log-probabilities and
 //! temperature / top-k / top-p / min-p draws (one block per row; greedy rows several, see
-//! kernels/greedy.cuh).
+//! kernels/greedy.cuh, whether or not the call carries per-row parameters).
 
 use super::kernels::Kernel;
-use super::ops::greedy_launches;
+use super::ops::{greedy_launches, sample_launches};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::tensor::Storage;
@@ -38,7 +38,7 @@ pub(crate) fn sample_rows(
     let lp = be.ptr_of(OP, "logits", logits, DType::F32)?;
     let ip = be.ptr_of(OP, "ids", ids, DType::U32)?;
     let op = be.ptr_of(OP, "logprobs", logprobs, DType::F32)?;
-    let (pp, sp) = match params {
+    let params = match params {
         Some((p, s)) => {
             if p.numel() != 4 * n || s.numel() != 4 * n {
                 return Err(shape_err(
@@ -50,55 +50,39 @@ pub(crate) fn sample_rows(
                     ),
                 ));
             }
-            (
+            Some((
                 be.ptr_of(OP, "params", p, DType::F32)?,
                 be.ptr_of(OP, "seeds", s, DType::U32)?,
-            )
+            ))
         }
-        None => (0u64, 0u64),
+        None => None,
     };
     let v4 = (vocab * 4) as u64;
-    if params.is_none() {
+    let launches: Vec<_> = match params {
         // Greedy rows: the multi-block pick (kernels/greedy.cuh).
-        for (r0, rows, g) in greedy_launches(n, vocab) {
-            let r0 = r0 as u64;
-            be.launch(
-                OP,
-                Kernel::SampleRows,
-                g.grid(rows),
-                g.threads,
-                args![
-                    lp + r0 * v4,
-                    0u64,
-                    0u64,
-                    ip + 4 * r0,
-                    op + 4 * r0,
-                    vocab as i32,
-                    g.multi
-                ],
-            )?;
-        }
-    } else {
-        // One block per row, rows on the grid's y (at most 65535 per launch).
-        for r0 in (0..n).step_by(65535) {
-            let rows = 65535.min(n - r0) as u32;
-            let r0 = r0 as u64;
-            be.launch(
-                OP,
-                Kernel::SampleRows,
-                (1, rows, 1),
-                THREADS,
-                args![
-                    lp + r0 * v4,
-                    pp + 16 * r0,
-                    sp + 16 * r0,
-                    ip + 4 * r0,
-                    op + 4 * r0,
-                    vocab as i32,
-                    0i32
-                ],
-            )?;
-        }
+        None => greedy_launches(n, vocab).collect(),
+        // Per-row parameters: greedy rows still take the multi-block pick, the others are drawn
+        // by one block each.
+        Some(_) => sample_launches(n, vocab, THREADS).collect(),
+    };
+    for (r0, rows, g) in launches {
+        let r0 = r0 as u64;
+        let (pr, sr) = params.map_or((0, 0), |(p, s)| (p + 16 * r0, s + 16 * r0));
+        be.launch(
+            OP,
+            Kernel::SampleRows,
+            g.grid(rows),
+            g.threads,
+            args![
+                lp + r0 * v4,
+                pr,
+                sr,
+                ip + 4 * r0,
+                op + 4 * r0,
+                vocab as i32,
+                g.multi
+            ],
+        )?;
     }
     if let Storage::Cuda(c) = &mut ids.storage {
         c.shadow = None; // written by the device now
