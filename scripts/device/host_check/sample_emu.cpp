@@ -54,6 +54,38 @@ void run(const std::vector<float>& logits, const std::vector<float>& params, con
     });
 }
 
+// The tokens a draw with (t, top_k, top_p, min_p) may return, from float64 over the row: the k
+// largest scaled logits (ties at the k-th kept), the smallest most-probable prefix reaching
+// top_p (widened by `slack`, so a float32 cut-off that lands one candidate later still passes),
+// then min-p against the largest probability.
+std::vector<bool> allowed(const float* l, int vocab, float t, int top_k, float top_p, float min_p, double slack) {
+    std::vector<std::pair<double, int>> c;
+    for (int i = 0; i < vocab; i++)
+        if (std::isfinite(l[i])) c.push_back({(double)(l[i] * (1.f / t)), i});
+    std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    if (top_k > 0 && top_k < (int)c.size()) {
+        const double kth = c[top_k - 1].first;
+        size_t n = top_k;
+        while (n < c.size() && c[n].first == kth) n++;
+        c.resize(n);
+    }
+    const double mx = c[0].first;
+    double z = 0;
+    for (auto& x : c) z += std::exp(x.first - mx);
+    size_t n = c.size();
+    if (top_p < 1.f) {
+        double cum = 0;
+        for (size_t j = 0; j < c.size(); j++) {
+            cum += std::exp(c[j].first - mx) / z;
+            if (cum >= top_p + slack) { n = j + 1; break; }
+        }
+    }
+    std::vector<bool> ok(vocab, false);
+    for (size_t j = 0; j < n; j++)
+        if (std::exp(c[j].first - mx) >= min_p * (1 - slack)) ok[c[j].second] = true;
+    return ok;
+}
+
 void check(const char* what, int vocab, std::vector<float> temps, bool specials) {
     const int rows = (int)temps.size();
     std::vector<float> logits((size_t)rows * vocab);
@@ -70,7 +102,9 @@ void check(const char* what, int vocab, std::vector<float> temps, bool specials)
     std::vector<float> params;
     std::vector<uint32_t> seeds;
     for (int r = 0; r < rows; r++) {
-        params.insert(params.end(), {temps[r], 40.f, 0.9f, 0.f});
+        const float kinds[4][3] = {{40.f, 0.9f, 0.f}, {0.f, 1.f, 0.f}, {0.f, 0.8f, 0.f}, {5.f, 1.f, 0.1f}};
+        const float* k = kinds[r % 4];
+        params.insert(params.end(), {temps[r], k[0], k[1], k[2]});
         seeds.insert(seeds.end(), {7u + r, 0u, 3u, 0u});
     }
     std::vector<uint32_t> ids2, ids0;
@@ -86,6 +120,21 @@ void check(const char* what, int vocab, std::vector<float> temps, bool specials)
             if (ids2[r] != ids0[r] || __float_as_uint(lps2[r]) != __float_as_uint(lps0[r])) {
                 printf("  row %d (t %g): multi-block launch %u / %g, one-block %u / %g\n", r, temps[r], ids2[r],
                        lps2[r], ids0[r], lps0[r]);
+                bad++;
+            }
+            // The draw is one of the tokens the parameters allow, with its log-probability under
+            // the raw logits.
+            const float* pr = params.data() + 4 * r;
+            const auto ok = allowed(l, vocab, pr[0], (int)pr[1], pr[2], pr[3], 1e-4);
+            double mx = -INFINITY, z = 0;
+            for (int i = 0; i < vocab; i++)
+                if (!std::isnan(l[i])) mx = std::max(mx, (double)l[i]);
+            for (int i = 0; i < vocab; i++)
+                if (!std::isnan(l[i])) z += std::exp(l[i] - mx);
+            const double want_lp = ids2[r] < (uint32_t)vocab ? l[ids2[r]] - (mx + std::log(z)) : NAN;
+            if (ids2[r] >= (uint32_t)vocab || !ok[ids2[r]] || !(std::fabs(lps2[r] - want_lp) < 1e-4)) {
+                printf("  row %d (t %g): drew %u, allowed %d, logprob %g want %g\n", r, temps[r], ids2[r],
+                       ids2[r] < (uint32_t)vocab ? (int)ok[ids2[r]] : -1, lps2[r], want_lp);
                 bad++;
             }
             continue;
@@ -112,12 +161,43 @@ void check(const char* what, int vocab, std::vector<float> temps, bool specials)
     if (!ok) fails++;
 }
 
+// `n` draws from one row (counters 0..n-1 of one seed) with parameters `pr`: every one among the
+// tokens the parameters allow (a kernel that ignored a cut-off would escape it in some draw).
+void check_draws(const char* what, int vocab, const float (&pr)[4], int n) {
+    std::vector<float> row(vocab);
+    for (auto& v : row) v = (xs32() & 0xffffff) / 2097152.0f - 4.0f;
+    std::vector<float> logits, params;
+    std::vector<uint32_t> seeds;
+    for (int r = 0; r < n; r++) {
+        logits.insert(logits.end(), row.begin(), row.end());
+        params.insert(params.end(), pr, pr + 4);
+        seeds.insert(seeds.end(), {99u, 0u, (uint32_t)r, 0u});
+    }
+    std::vector<uint32_t> ids;
+    std::vector<float> lps;
+    run(logits, params, seeds, n, vocab, 2, ids, lps);
+    const auto ok = allowed(row.data(), vocab, pr[0], (int)pr[1], pr[2], pr[3], 1e-4);
+    int bad = 0, distinct = 0;
+    std::vector<bool> seen(vocab, false);
+    for (int r = 0; r < n; r++) {
+        if (ids[r] >= (uint32_t)vocab || !ok[ids[r]]) bad++;
+        else if (!seen[ids[r]]) seen[ids[r]] = true, distinct++;
+    }
+    printf("%-28s vocab %6d, %d draws (%d distinct), %d outside the allowed set: %s\n", what, vocab, n, distinct,
+           bad, bad ? "FAIL" : "ok");
+    if (bad) fails++;
+}
+
 int main() {
     check("mixed, unaligned rows", 50001, {0.f, 0.9f, 0.f, -1.f, 1.2f, 0.f}, false);
     check("mixed, ties / NaN / -inf", 50000, {0.f, 0.f, 1.f, 0.f}, true);
     check("27B vocabulary", 248320, {0.f, 0.7f, 0.f}, false);
     check("small vocabulary, 1 block", 1000, {0.f, 1.f}, false);
     check("all greedy", 128256, {0.f, 0.f, 0.f}, false);
+    check("sampled: top-k+p, plain, top-p, min-p", 4099, {0.8f, 1.f, 1.3f, 0.6f}, false);
+    check_draws("draws: top-k 20", 3001, {1.f, 20.f, 1.f, 0.f}, 48);
+    check_draws("draws: top-p 0.5", 3001, {1.f, 0.f, 0.5f, 0.f}, 48);
+    check_draws("draws: min-p 0.3", 3001, {1.f, 0.f, 1.f, 0.3f}, 48);
     printf("%s\n", fails ? "FAILURES" : "all ok");
     return fails != 0;
 }

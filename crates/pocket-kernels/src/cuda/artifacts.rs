@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "73a0c36f27ebc263f98e45474443677f360b3ff5b77077fe6878eb9b1ad05d51";
+    "d317616b0e390d4083cf003117e3e4c17eb0e177cc49bfef74d92a9809f8ca8d";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
