@@ -7,44 +7,21 @@
 // (crates/pocket-models/src/sampling/sampler.rs): top-k keeps the k largest scaled logits, top-p
 // the smallest most-probable set whose mass reaches p (over the top-k set), min-p the candidates
 // whose probability is at least min_p times the largest. The cut-offs are found by bisection on
-// the order-preserving integer image of the floats (exact thresholds, 32 passes over the row each,
-// no sort); candidates tied at a cut-off are all kept. The draw inverts the CDF in index order
-// with a fixed summation order, so a (seed, counter) pair always gives the same token.
+// the order-preserving integer image of the floats (exact thresholds, no sort); candidates tied
+// at a cut-off are all kept. The draw inverts the CDF in index order with a fixed summation
+// order, so a (seed, counter) pair always gives the same token.
+//
+// Passes over a sampled row: one for the maximum, its index and the log-normalizer (online, as
+// the greedy pick); with top-k or top-p, one counting the candidate sets (sample_cut.cuh) and one
+// compacting the smallest that holds the cut-offs into shared memory, where the bisections run;
+// one for the draw's chunk masses. Only a row whose cut-offs no set of <= CAND_MAX tokens holds
+// (a nearly flat distribution) bisects over the whole row, ~30 passes per cut-off.
 //
 // The uniform comes from Philox4x32-10 keyed by the request seed, counter = tokens the sequence
 // has drawn so far: reproducible and independent of batch composition.
-#include "greedy.cuh"
+#include "sample_cut.cuh"
 
 #define SAMPLE_THREADS 1024
-
-// Order-preserving map of a float to an unsigned integer (larger float, larger key).
-DEVI uint32_t fkey(float f) {
-    uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Block-wide sum / max with a fixed order (deterministic). `sh` holds 32 floats; the leading
-// barrier keeps a previous call's readers from seeing this call's writes.
-DEVI float block_sum(float v, float* sh) {
-    v = warp_sum(v);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = 0.f;
-    for (int w = 0; w < nw; w++) t += sh[w];
-    return t;
-}
-DEVI float block_max(float v, float* sh) {
-    v = warp_max(v);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = -INFINITY;
-    for (int w = 0; w < nw; w++) t = fmaxf(t, sh[w]);
-    return t;
-}
 
 // Philox4x32-10 (Salmon et al. 2011) on counter c with key (k0, k1).
 DEVI void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
@@ -62,25 +39,14 @@ DEVI void philox(uint32_t c[4], uint32_t k0, uint32_t k1) {
     }
 }
 
-// Calls f(l[i], i) for this thread's i = tid, tid + nt, ... < n, in that order, with ROW_U loads
-// in flight per thread: the one-block passes below read a whole row from L2 each, and with one
-// load at a time they waited out its latency on every element (~35 us per pass over 128K
-// logits on the H200, by Nsight's one-block greedy call). Same elements, same order per thread
-// as the plain strided loop, so every sum and pick is unchanged.
-#define ROW_U 8
-template <class F>
-DEVI void row_each(const float* __restrict__ l, int n, F f) {
-    const int tid = threadIdx.x, nt = blockDim.x;
-    int i = tid;
-    for (; i + (ROW_U - 1) * nt < n; i += ROW_U * nt) {
-        float v[ROW_U];
-#pragma unroll
-        for (int u = 0; u < ROW_U; u++) v[u] = l[i + u * nt];
-#pragma unroll
-        for (int u = 0; u < ROW_U; u++) f(v[u], i + u * nt);
-    }
-    for (; i < n; i += nt) f(l[i], i);
-}
+// Which candidate set a sampled row used (-1: the whole row); the host emulation records it.
+#ifndef SAMPLE_NOTE_SET
+#define SAMPLE_NOTE_SET(row, set)
+#endif
+// Whether a row may use a candidate set; the host emulation compares against the whole-row path.
+#ifndef SAMPLE_SETS_ON
+#define SAMPLE_SETS_ON true
+#endif
 
 // params: [rows, 4] f32 (temperature, top_k, top_p, min_p), or null for greedy rows.
 // rng: [rows, 4] u32 (seed lo, seed hi, counter lo, counter hi). Row blockIdx.y.
@@ -91,6 +57,7 @@ DEVI void row_each(const float* __restrict__ l, int n, F f) {
 // the H200 (Nsight, docs/performance/logs/2026-11-30-s7-profile/), 1.4% of a 27B decode token and
 // ~4% of an 8B one, while the engine's graphs always pass params. 0: one block per row, grid
 // (1, rows) (POCKET_SMALL_KERNELS=old).
+
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(const float* __restrict__ logits, const float* __restrict__ params, const uint32_t* __restrict__ rng,
                 uint32_t* __restrict__ ids, float* __restrict__ logprobs, int vocab, int multi) {
@@ -107,144 +74,157 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
         }
         if (blockIdx.x != 0) return;
     }
-    __shared__ float sh[32];
+    // Stats of the candidate pass: finite count and mass, then count and mass per set.
+    constexpr int NST = 2 + 2 * CAND_SETS;
+    __shared__ float sh[NST * 32];
+    __shared__ int shi[32];
     __shared__ float chunk_mass[SAMPLE_THREADS];
+    __shared__ float gsum[32];
+    __shared__ float bcast[2];
     __shared__ int picked;
+    __shared__ CandSet cs;
     const int row = blockIdx.y, tid = threadIdx.x;
     const float* l = logits + (size_t)row * vocab;
     pdl_wait();
     pdl_trigger();
 
-    // Raw maximum (NaN never counts), its first index, and the log-normalizer.
-    float bv = -INFINITY;
+    // Maximum (NaN never counts), its first index and the log-normalizer in one pass, merged as
+    // the greedy pick merges them; and the largest finite logit.
+    float m = -INFINITY, se = 0.f, vf = -INFINITY;
     int bi = 0x7fffffff;
     row_each(l, vocab, [&](float v, int i) {
-        if (v > bv) {  // strict: the first index of a tie within this thread's stride
-            bv = v;
-            bi = i;
-        }
+        greedy_add<true>(m, se, bi, v, i);
+        if (isfinite(v)) vf = fmaxf(vf, v);
     });
-    float m = block_max(bv, sh);
-    // First index holding the maximum (the host's strict `>` scan keeps the first).
-    float cand = (bv == m && m > -INFINITY) ? (float)bi : 3.0e38f;
-    float first = -block_max(-cand, sh);
-    float se = 0.f;
-    if (m > -INFINITY)
-        row_each(l, vocab, [&](float v, int) {
-            if (!isnan(v)) se += expf(v - m);
-        });
-    float log_z = m + logf(block_sum(se, sh));
+    greedy_block<true>(m, se, bi, sh, sh + 32, shi);
+    if (tid == 0) {
+        bcast[0] = m;
+        bcast[1] = se;
+        picked = (bi == 0x7fffffff || m == -INFINITY) ? 0 : bi;
+    }
+    vf = block_max(vf, sh + 64);  // its barriers publish thread 0's values
+    m = bcast[0];
+    const float log_z = m + logf(bcast[1]);
+    const int first = picked;
 
-    float temp = params ? params[row * 4 + 0] : 0.f;
-    int id;
-    if (!(temp > 0.f) || m == -INFINITY) {
-        id = first < 3.0e38f ? (int)first : 0;
-    } else {
+    const float temp = params ? params[row * 4 + 0] : 0.f;
+    int id = first;
+    if (temp > 0.f && m > -INFINITY) {
         const float inv_t = 1.f / temp;
         const int top_k = (int)params[row * 4 + 1];
         const float top_p = params[row * 4 + 2], min_p = params[row * 4 + 3];
-        // Scaled maximum over finite logits (m is finite and non-NaN here).
-        float fm = -INFINITY;
-        row_each(l, vocab, [&](float v, int) {
-            if (isfinite(v)) fm = fmaxf(fm, v * inv_t);
-        });
-        const float mz = block_max(fm, sh);
-        // Top-k: the largest key t with at least k candidates at or above it.
-        uint32_t tk = 0;
-        if (top_k > 0) {
-            uint32_t lo = 0, hi = 0xffffffffu;
-            while (lo < hi) {
-                uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) / 2);
-                float c = 0.f;
-                row_each(l, vocab, [&](float v, int) {
-                    if (isfinite(v) && fkey(v * inv_t) >= mid) c += 1.f;
-                });
-                if (block_sum(c, sh) >= (float)top_k) lo = mid; else hi = mid - 1;
-            }
-            tk = lo;
+        // s = v / T rounded once (no contraction), so every pass computes the same keys and
+        // weights; the largest s is the largest finite logit's (scaling is monotone).
+        const float mz = __fmul_rn(vf, inv_t);
+        const uint32_t key_max = fkey(mz);
+        auto scaled = [&](float v) { return __fmul_rn(v, inv_t); };
+        auto weight = [&](float s) { return expf(s - mz); };
+
+        float st[NST];
+#pragma unroll
+        for (int k = 0; k < NST; k++) st[k] = 0.f;
+        if (top_k > 0 || top_p < 1.f) {
+            seg_each<ROW_U>(l, vocab, [&](float v, int, bool ok) {
+                if (ok && isfinite(v)) {
+                    const float w = weight(scaled(v));
+                    st[0] += 1.f;
+                    st[1] += w;
+#pragma unroll
+                    for (int b = 0; b < CAND_SETS; b++)
+                        if (w >= cand_threshold(b)) {
+                            st[2 + b] += 1.f;
+                            st[2 + CAND_SETS + b] += w;
+                        }
+                }
+            });
+            block_sums(st, sh);
         }
-#define KEPT_K(v) (isfinite(v) && fkey((v) * inv_t) >= tk)
-        // Weights relative to the scaled maximum; the top-k mass.
-        float zs = 0.f;
-        row_each(l, vocab, [&](float v, int) {
-            if (KEPT_K(v)) zs += expf(v * inv_t - mz);
-        });
-        const float zk = block_sum(zs, sh);
-        // Top-p: the largest weight w* whose candidates at or above it carry >= top_p of the mass.
-        float wmin = 0.f;
-        if (top_p < 1.f) {
-            const float target = top_p * zk;
-            uint32_t lo = 0, hi = 0x7f800000u;  // positive floats: bits are ordered
-            while (lo < hi) {
-                uint32_t mid = lo + (hi - lo + 1) / 2;
-                float w_mid = __uint_as_float(mid), s = 0.f;
-                row_each(l, vocab, [&](float v, int) {
-                    if (KEPT_K(v)) {
-                        float w = expf(v * inv_t - mz);
-                        if (w >= w_mid) s += w;
-                    }
-                });
-                if (block_sum(s, sh) >= target) lo = mid; else hi = mid - 1;
+        // Top-k at or past the finite count keeps every finite logit.
+        const int kk = (top_k > 0 && top_k < (int)st[0]) ? top_k : 0;
+        const bool cut = kk > 0 || top_p < 1.f;
+        // The smallest set that holds the cut-offs: the k largest, or (top-p alone) at least
+        // top_p of the mass, with a margin for the other summation order of the bisection.
+        // (Unrolled with constant indices: st stays in registers.)
+        int set = -1, nc = 0;
+#pragma unroll
+        for (int b = CAND_SETS - 1; b >= 0; b--) {
+            const float c = st[2 + b], mass = st[2 + CAND_SETS + b];
+            const bool holds = kk > 0 ? c >= (float)kk : mass >= top_p * st[1] * (1.f + 1e-5f);
+            if (cut && SAMPLE_SETS_ON && c >= 1.f && c <= (float)CAND_MAX && holds) {
+                set = b;
+                nc = (int)c;
             }
-            wmin = __uint_as_float(lo);
+        }
+        SAMPLE_NOTE_SET(row, cut ? set : -2);
+        if (set >= 0) {
+            // Compaction in index order: warp w starts after the earlier warps' counts, which
+            // block_sums left in sh.
+            const int lane = tid & 31, warp = tid >> 5;
+            const float thr = cand_threshold(set);
+            int base = 0;
+            for (int w = 0; w < warp; w++) base += (int)sh[(2 + set) * 32 + w];
+            seg_each<ROW_U>(l, vocab, [&](float v, int i, bool ok) {
+                const float s = scaled(v);
+                const bool in = ok && isfinite(v) && weight(s) >= thr;
+                const unsigned bal = __ballot_sync(0xffffffffu, in);
+                const int p = base + __popc(bal & ((1u << lane) - 1u));
+                if (in && p < CAND_MAX) {
+                    cs.key[p] = fkey(s);
+                    cs.w[p] = weight(s);
+                    cs.tok[p] = i;
+                }
+                base += __popc(bal);
+            });
+            __syncthreads();
+        }
+        auto row_cands = [&](auto f) {
+            row_each(l, vocab, [&](float v, int) {
+                if (isfinite(v)) {
+                    const float s = scaled(v);
+                    f(fkey(s), weight(s));
+                }
+            });
+        };
+        auto set_cands = [&](auto f) {
+            for (int j = tid; j < nc; j += SAMPLE_THREADS) f(cs.key[j], cs.w[j]);
+        };
+        uint32_t tk = 0;
+        float wmin = 0.f;
+        if (set >= 0) {
+            if (kk > 0) tk = topk_key(set_cands, kk, key_max, sh);
+            if (top_p < 1.f) {
+                const float zk = kk > 0 ? kept_mass(set_cands, tk, sh) : st[1];
+                wmin = topp_weight(set_cands, tk, top_p * zk, sh);
+            }
+        } else if (cut) {
+            if (kk > 0) tk = topk_key(row_cands, kk, key_max, sh);
+            if (top_p < 1.f) {
+                const float zk = kk > 0 ? kept_mass(row_cands, tk, sh) : st[1];
+                wmin = topp_weight(row_cands, tk, top_p * zk, sh);
+            }
         }
         wmin = fmaxf(wmin, min_p);  // min-p: w = p / p_max
-        // Inverse CDF in index order: thread t owns a contiguous chunk of the row.
-        const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
-        const int b = tid * chunk, e = min(vocab, b + chunk);
-        float cm = 0.f;
-        for (int i = b; i < e; i++) {
-            float v = l[i];
-            if (KEPT_K(v)) {
-                float w = expf(v * inv_t - mz);
-                if (w >= wmin) cm += w;
-            }
+
+        uint32_t c[4] = {rng[row * 4 + 2], rng[row * 4 + 3], 0u, 0u};
+        philox(c, rng[row * 4 + 0], rng[row * 4 + 1]);
+        const double u = (double)((((uint64_t)c[0] << 32) | c[1]) >> 11) * (1.0 / 9007199254740992.0);
+        int tok;
+        if (set >= 0) {
+            tok = draw_index(
+                nc, [&](int j) { return (cs.key[j] >= tk && cs.w[j] >= wmin) ? cs.w[j] : 0.f; },
+                [&](int j) { return cs.tok[j]; }, u, chunk_mass, gsum, sh, &picked);
+        } else {
+            tok = draw_index(
+                vocab,
+                [&](int i) {
+                    const float v = l[i];
+                    if (!isfinite(v)) return 0.f;
+                    const float s = scaled(v), w = weight(s);
+                    return (fkey(s) >= tk && w >= wmin) ? w : 0.f;
+                },
+                [](int i) { return i; }, u, chunk_mass, gsum, sh, &picked);
         }
-        chunk_mass[tid] = cm;
-        __syncthreads();
-        if (tid == 0) {
-            uint32_t c[4] = {rng[row * 4 + 2], rng[row * 4 + 3], 0u, 0u};
-            philox(c, rng[row * 4 + 0], rng[row * 4 + 1]);
-            double u = (double)((((uint64_t)c[0] << 32) | c[1]) >> 11) * (1.0 / 9007199254740992.0);
-            float total = 0.f;
-            int lastj = -1;
-            for (int j = 0; j < (int)blockDim.x; j++) {
-                total += chunk_mass[j];
-                if (chunk_mass[j] > 0.f) lastj = j;
-            }
-            float target = (float)(u * (double)total);
-            int pick = -1;
-            float cum = 0.f;
-            for (int j = 0; j < (int)blockDim.x && pick < 0; j++) {
-                if (chunk_mass[j] > 0.f && cum + chunk_mass[j] > target) {
-                    int last = -1;
-                    for (int i = j * chunk; i < min(vocab, (j + 1) * chunk); i++) {
-                        float v = l[i];
-                        if (KEPT_K(v)) {
-                            float w = expf(v * inv_t - mz);
-                            if (w >= wmin) {
-                                last = i;
-                                cum += w;
-                                if (cum > target) break;
-                            }
-                        }
-                    }
-                    pick = last;
-                } else {
-                    cum += chunk_mass[j];
-                }
-            }
-            if (pick < 0 && lastj >= 0) {  // rounding left the target past the last chunk
-                for (int i = lastj * chunk; i < min(vocab, (lastj + 1) * chunk); i++) {
-                    float v = l[i];
-                    if (KEPT_K(v) && expf(v * inv_t - mz) >= wmin) pick = i;
-                }
-            }
-            picked = pick < 0 ? (first < 3.0e38f ? (int)first : 0) : pick;
-        }
-#undef KEPT_K
-        __syncthreads();
-        id = picked;
+        id = tok < 0 ? first : tok;
     }
     if (tid == 0) {
         ids[row] = (uint32_t)id;

@@ -398,3 +398,56 @@ fn bench_small_decode_kernels() {
         println!("{l}");
     }
 }
+
+/// The device sampler on one row with per-row parameters, as the engine's decode graphs call it:
+/// greedy (temperature 0), temperature alone, and top-k / top-p draws, on logits shaped like a
+/// language model's (a low bulk and a few dozen high tokens: the cut-offs run over a candidate
+/// set in shared memory) and on a flat ramp (no set holds them: bisection over the whole row).
+/// Back-to-back launches, so each figure is at least the launch interval.
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_sampler() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    println!("device: {}", be.name());
+    let configs: [(&str, [f32; 4]); 5] = [
+        ("greedy", [0.0, 0.0, 1.0, 0.0]),
+        ("t=1", [1.0, 0.0, 1.0, 0.0]),
+        ("t=0.7 p=0.9", [0.7, 0.0, 0.9, 0.0]),
+        ("t=0.8 k=40 p=0.95", [0.8, 40.0, 0.95, 0.0]),
+        ("t=1 k=50", [1.0, 50.0, 1.0, 0.0]),
+    ];
+    let mut lines = Vec::new();
+    for vocab in [128256usize, 248320] {
+        let flat: Vec<f32> = (0..vocab)
+            .map(|i| ((i * 2654435761) % 1000) as f32 / 125.0 - 4.0)
+            .collect();
+        let mut peaked: Vec<f32> = flat.iter().map(|v| 0.4 * v - 6.0).collect();
+        for j in 0..40 {
+            peaked[(j * 7919 + 13) % vocab] = 12.0 - 0.15 * j as f32;
+        }
+        for (shape, row) in [("peaked", &peaked), ("flat", &flat)] {
+            let l = be.upload_f32(row, &[1, vocab]).unwrap();
+            let seeds = be.upload_u32(&[1, 0, 0, 0], &[1, 4]).unwrap();
+            let mut ids = be.alloc(DType::U32, &[1]).unwrap();
+            let mut lps = be.alloc(DType::F32, &[1]).unwrap();
+            for (name, p) in configs {
+                let params = be.upload_f32(&p, &[1, 4]).unwrap();
+                let t = time_ms(&be, 10, 100, |_| {
+                    be.sample_rows(&l, &params, &seeds, &mut ids, &mut lps)
+                        .unwrap();
+                });
+                lines.push(format!(
+                    "sampler vocab={vocab:6} {shape:6} {name:18} {:8.2} us",
+                    t * 1e3
+                ));
+                println!("{}", lines.last().unwrap());
+            }
+        }
+    }
+    println!("\n==== summary: sampler ====");
+    for l in lines {
+        println!("{l}");
+    }
+}

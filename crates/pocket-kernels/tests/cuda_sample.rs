@@ -148,56 +148,79 @@ fn greedy_picks_and_logprobs_match_the_host() {
     assert_eq!(ids[0], 17);
 }
 
+/// Draws `n` tokens from `row` and checks them against the host sampler's distribution: every
+/// draw kept by it, its log-probability, and the frequencies (chi-square at upper tail 1e-4).
+fn check_draws(dev: &Device, row: &[f32], params: [f32; 4], n: usize) {
+    let vocab = row.len();
+    let p = reference_probs(row, params[0], params[1] as usize, params[2], params[3]);
+    let (ids, lps) = draw(dev, row, params, 1234, 0, n);
+    let lz = log_z(row);
+    let mut counts = vec![0usize; vocab];
+    for (&id, &lp) in ids.iter().zip(&lps) {
+        assert!(
+            p[id as usize] > 0.0,
+            "{params:?}: drew {id}, which the host sampler never keeps"
+        );
+        let want = row[id as usize] as f64 - lz;
+        assert!(
+            (lp as f64 - want).abs() < 1e-4,
+            "{params:?}: logprob of {id}"
+        );
+        counts[id as usize] += 1;
+    }
+    // Cells expecting fewer than 5 draws are pooled into one, as the test requires.
+    let (mut cells, mut pool) = (Vec::new(), (0.0f64, 0usize));
+    for i in (0..vocab).filter(|&i| p[i] > 0.0) {
+        let e = p[i] * n as f64;
+        if e < 5.0 {
+            pool.0 += e;
+            pool.1 += counts[i];
+        } else {
+            cells.push((e, counts[i]));
+        }
+    }
+    if pool.0 > 0.0 {
+        cells.push(pool);
+    }
+    let chi2: f64 = cells.iter().map(|&(e, o)| (o as f64 - e).powi(2) / e).sum();
+    let bound = chi2_bound(cells.len().max(2) - 1);
+    assert!(
+        chi2 < bound,
+        "{params:?}: chi-square {chi2:.1} over {} cells exceeds {bound:.1}",
+        cells.len()
+    );
+}
+
+/// At 64 tokens every cut-off runs over a candidate set in shared memory (sample_cut.cuh).
 #[test]
 fn draws_follow_the_host_distribution() {
     let Some(dev) = gpu() else { return };
-    let vocab = 64;
-    let row = logit_row(vocab, 99);
-    let n = 40_000;
+    let row = logit_row(64, 99);
     for params in [
         [1.0f32, 0.0, 1.0, 0.0], // plain softmax
         [0.7, 20.0, 1.0, 0.0],   // temperature + top-k
         [1.3, 0.0, 0.8, 0.0],    // top-p
         [1.0, 30.0, 0.9, 0.05],  // all filters
     ] {
-        let p = reference_probs(&row, params[0], params[1] as usize, params[2], params[3]);
-        let (ids, lps) = draw(&dev, &row, params, 1234, 0, n);
-        let lz = log_z(&row);
-        let mut counts = vec![0usize; vocab];
-        for (&id, &lp) in ids.iter().zip(&lps) {
-            assert!(
-                p[id as usize] > 0.0,
-                "{params:?}: drew {id}, which the host sampler never keeps"
-            );
-            let want = row[id as usize] as f64 - lz;
-            assert!(
-                (lp as f64 - want).abs() < 1e-4,
-                "{params:?}: logprob of {id}"
-            );
-            counts[id as usize] += 1;
-        }
-        // Cells expecting fewer than 5 draws are pooled into one, as the test requires.
-        let (mut cells, mut pool) = (Vec::new(), (0.0f64, 0usize));
-        for i in (0..vocab).filter(|&i| p[i] > 0.0) {
-            let e = p[i] * n as f64;
-            if e < 5.0 {
-                pool.0 += e;
-                pool.1 += counts[i];
-            } else {
-                cells.push((e, counts[i]));
-            }
-        }
-        if pool.0 > 0.0 {
-            cells.push(pool);
-        }
-        let chi2: f64 = cells.iter().map(|&(e, o)| (o as f64 - e).powi(2) / e).sum();
-        let bound = chi2_bound(cells.len().max(2) - 1);
-        assert!(
-            chi2 < bound,
-            "{params:?}: chi-square {chi2:.1} over {} cells exceeds {bound:.1}",
-            cells.len()
-        );
+        check_draws(&dev, &row, params, 40_000);
     }
+}
+
+/// A row shaped like a language model's (a low bulk, a few dozen high tokens scattered over the
+/// row, so every warp's segment compacts some), whose cut-offs run over a candidate set; and a
+/// nearly flat row whose 4,096 candidates overflow every set, so the cut-offs bisect the whole row.
+#[test]
+fn draws_over_a_candidate_set_and_over_the_whole_row() {
+    let Some(dev) = gpu() else { return };
+    let mut peaked: Vec<f32> = logit_row(20_000, 5).iter().map(|v| v * 0.4 - 6.0).collect();
+    for (j, v) in logit_row(40, 6).into_iter().enumerate() {
+        peaked[(j * 7919 + 13) % 20_000] = 9.0 + 0.75 * v;
+    }
+    check_draws(&dev, &peaked, [0.8, 40.0, 0.9, 0.0], 4_000);
+    check_draws(&dev, &peaked, [1.0, 0.0, 0.95, 0.02], 4_000);
+    let flat: Vec<f32> = logit_row(4096, 8).iter().map(|v| v / 8.0).collect();
+    check_draws(&dev, &flat, [1.0, 0.0, 0.5, 0.0], 40_000);
+    check_draws(&dev, &flat, [1.0, 3_500.0, 1.0, 0.0], 40_000);
 }
 
 #[test]

@@ -39,6 +39,16 @@ inline V __shfl_xor_sync(unsigned, V v, int o) {
     bar_wait(g_warp[w]);
     return r;
 }
+// A vote across the calling warp: bit j set when lane j's predicate holds.
+inline unsigned __ballot_sync(unsigned, bool pred) {
+    int t = threadIdx.x, w = t / 32;
+    g_shfl[t] = pred ? 1u : 0u;
+    bar_wait(g_warp[w]);
+    unsigned r = 0;
+    for (int j = 0; j < 32; j++) r |= g_shfl[(t & ~31) | j] << j;
+    bar_wait(g_warp[w]);
+    return r;
+}
 std::function<void()>* g_body;
 inline void fiber_main() { g_body->operator()(); g_fib[g_cur].done = true; swapcontext(&g_fib[g_cur].ctx, &g_sched); }
 

@@ -16,8 +16,9 @@ def after(path, marker):
     s = open(f"{root}/kernels/{path}").read()
     return s[s.index(marker) + len(marker):]
 greedy = after("greedy.cuh", '#include "common.cuh"\n')
-sample = after("sample.cu", '#include "greedy.cuh"\n')
-open(f"{work}/kern.h", "w").write(greedy + sample)
+cut = after("sample_cut.cuh", '#include "greedy.cuh"\n')
+sample = after("sample.cu", '#include "sample_cut.cuh"\n')
+open(f"{work}/kern.h", "w").write(greedy + cut + sample)
 PY
 cd "$WORK"
 g++ -O1 -std=c++20 -w sample_emu.cpp -o sample_emu

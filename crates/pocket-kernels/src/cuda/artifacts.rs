@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "d317616b0e390d4083cf003117e3e4c17eb0e177cc49bfef74d92a9809f8ca8d";
+    "3c4606e223bd4d3592b2a941ebc8e54064be8fb835186a05c00c05d0c81ddb12";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
