@@ -75,8 +75,9 @@ fn mixed_run(e: &mut Engine) -> (Vec<u32>, Vec<u32>, usize) {
 
 #[test]
 fn host_only_requests_fall_back_per_row() {
-    // The penalised row is sampled on the host from logits read back (that step runs eagerly),
-    // the greedy row on the device; both agree with the engine that never captures.
+    // The penalised row is sampled on the host from the step's logits read back (after a graph
+    // replay, once captured), the greedy row on the device; both agree with the engine that
+    // never captures.
     let (Some(mut on), Some(mut off)) = (
         gpu_engine(&llama("llama"), true),
         gpu_engine(&llama("llama"), false),

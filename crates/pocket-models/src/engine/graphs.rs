@@ -178,9 +178,9 @@ impl Engine {
                 .all(|id| self.cache.seq_len(*id).unwrap_or(0) > 0)
     }
 
-    /// Runs a reserved pure-decode `plan` through the padded path and returns each sequence's
-    /// pick: drawn on the device where its params allow, else by its host sampler from a logits
-    /// row read back (that step then runs eagerly).
+    /// Runs a reserved pure-decode `plan` through the padded path (a graph replay where one is
+    /// captured) and returns each sequence's pick: drawn on the device where its params allow,
+    /// else by its host sampler from the step's logits row read back.
     pub(super) fn decode_step(&mut self, plan: &BatchPlan) -> Result<Vec<SampledToken>> {
         let s = plan.num_seqs();
         let b = bucket(s).unwrap_or(DECODE_GRAPH_MAX_SEQS);
@@ -218,20 +218,7 @@ impl Engine {
         bufs.ids.set_leading(b)?;
         bufs.logprobs.set_leading(b)?;
 
-        let mut host_logits = None;
-        if !host_rows.is_empty() {
-            // A host-only request: run eagerly and read the logits back.
-            let logits = self.model.forward_decode(&mut self.cache)?;
-            let bufs = g.bufs.as_mut().expect("allocated above");
-            dev.sample_rows(
-                logits,
-                &bufs.params,
-                &bufs.seeds,
-                &mut bufs.ids,
-                &mut bufs.logprobs,
-            )?;
-            host_logits = Some(dev.read_f32(logits)?);
-        } else if let Some(graph) = g.graphs.get(&key) {
+        if let Some(graph) = g.graphs.get(&key) {
             graph.replay()?;
         } else if g.capture && g.warmed.contains(&key) {
             let model = self.model.as_mut();
@@ -257,6 +244,17 @@ impl Engine {
             let bufs = g.bufs.as_mut().expect("allocated above");
             run_step(&dev, self.model.as_mut(), &mut self.cache, bufs, true)?;
         }
+        // Rows a host sampler draws (penalties, logit bias, top log-probabilities) read the
+        // step's logits back; the device drew them greedily beside the others, unused.
+        let host_logits = match (host_rows.is_empty(), self.model.decode_logits()) {
+            (true, _) => None,
+            (false, Some(l)) => Some(dev.read_f32(l)?),
+            (false, None) => {
+                let arch = &self.model.info().architecture;
+                let why = format!("{arch}: the decode step left no logits to read back");
+                return Err(pocket_layers::LayerError::Config(why).into());
+            }
+        };
         let bufs = self.graphs.bufs.as_ref().expect("allocated above");
         let ids = dev.read_u32(&bufs.ids)?;
         let lps = dev.read_f32(&bufs.logprobs)?;
