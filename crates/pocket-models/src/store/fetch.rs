@@ -27,16 +27,42 @@ fn marker_path(file: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Takes the exclusive lock of one cached file (`<file>.lock`, released when the returned handle
+/// drops). Fetches of one model from several threads or processes (parallel tests, a server beside
+/// a CLI) would otherwise write the same temporary file and delete each other's wheels; under the
+/// lock the first fetches and the others find its verified file.
+fn lock_entry(target: &Path) -> Result<fs::File, StoreError> {
+    let mut s = target.as_os_str().to_owned();
+    s.push(".lock");
+    let path = PathBuf::from(s);
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    f.lock().map_err(io_err(&path))?;
+    Ok(f)
+}
+
 /// Returns the cached file of `entry`, fetching and verifying it first if needed.
 pub(super) fn ensure(store: &ModelStore, entry: &CatalogEntry) -> Result<PathBuf, StoreError> {
     let target = store.cached_path(entry);
     let marker = marker_path(&target);
     let expected_marker = format!("{} {}", entry.sha256, entry.size);
+    let verified = |len: u64| {
+        len == entry.size && fs::read_to_string(&marker).is_ok_and(|m| m.trim() == expected_marker)
+    };
+    // A verified file appears only by rename, its marker after it: no lock needed to use it.
+    if fs::metadata(&target).is_ok_and(|m| verified(m.len())) {
+        return Ok(target);
+    }
+    let dir = target.parent().unwrap_or(store.cache_dir()).to_path_buf();
+    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let _lock = lock_entry(&target)?;
     if let Ok(meta) = fs::metadata(&target) {
-        if meta.len() == entry.size
-            && fs::read_to_string(&marker).is_ok_and(|m| m.trim() == expected_marker)
-        {
-            return Ok(target);
+        if verified(meta.len()) {
+            return Ok(target); // fetched by whoever held the lock before
         }
         // present but unverified: check it once
         if meta.len() == entry.size && hash_file(&target)? == entry.sha256 {
@@ -45,8 +71,6 @@ pub(super) fn ensure(store: &ModelStore, entry: &CatalogEntry) -> Result<PathBuf
         }
         fs::remove_file(&target).map_err(io_err(&target))?;
     }
-    let dir = target.parent().unwrap_or(store.cache_dir()).to_path_buf();
-    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let wheels_dir = store.cache_dir().join("wheels");
     fs::create_dir_all(&wheels_dir).map_err(io_err(&wheels_dir))?;
 
