@@ -82,6 +82,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     __shared__ float gsum[32];
     __shared__ float bcast[2];
     __shared__ int picked;
+    __shared__ uint32_t cut_sh[2];
     __shared__ CandSet cs;
     const int row = blockIdx.y, tid = threadIdx.x;
     const float* l = logits + (size_t)row * vocab;
@@ -177,31 +178,36 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
             });
             __syncthreads();
         }
-        auto row_cands = [&](auto f) {
-            row_each(l, vocab, [&](float v, int) {
-                if (isfinite(v)) {
-                    const float s = scaled(v);
-                    f(fkey(s), weight(s));
-                }
-            });
-        };
-        auto set_cands = [&](auto f) {
-            for (int j = tid; j < nc; j += SAMPLE_THREADS) f(cs.key[j], cs.w[j]);
-        };
         uint32_t tk = 0;
         float wmin = 0.f;
         if (set >= 0) {
-            if (kk > 0) tk = topk_key(set_cands, kk, key_max, sh);
-            if (top_p < 1.f) {
-                const float zk = kk > 0 ? kept_mass(set_cands, tk, sh) : st[1];
-                wmin = topp_weight(set_cands, tk, top_p * zk, sh);
+            // Warp 0 bisects the set alone: each step is a warp sum, not two block barriers
+            // (~60 steps for top-k and top-p together).
+            if (tid < 32) {
+                auto set_cands = [&](auto f) {
+                    for (int j = tid; j < nc; j += 32) f(cs.key[j], cs.w[j]);
+                };
+                cut_offs(set_cands, [](float x) { return warp_sum(x); }, kk, top_p, st[1], key_max, tk,
+                         wmin);
+                if (tid == 0) {
+                    cut_sh[0] = tk;
+                    cut_sh[1] = __float_as_uint(wmin);
+                }
             }
+            __syncthreads();
+            tk = cut_sh[0];
+            wmin = __uint_as_float(cut_sh[1]);
         } else if (cut) {
-            if (kk > 0) tk = topk_key(row_cands, kk, key_max, sh);
-            if (top_p < 1.f) {
-                const float zk = kk > 0 ? kept_mass(row_cands, tk, sh) : st[1];
-                wmin = topp_weight(row_cands, tk, top_p * zk, sh);
-            }
+            auto row_cands = [&](auto f) {
+                row_each(l, vocab, [&](float v, int) {
+                    if (isfinite(v)) {
+                        const float s = scaled(v);
+                        f(fkey(s), weight(s));
+                    }
+                });
+            };
+            cut_offs(row_cands, [&](float x) { return block_sum(x, sh); }, kk, top_p, st[1], key_max, tk,
+                     wmin);
         }
         wmin = fmaxf(wmin, min_p);  // min-p: w = p / p_max
 

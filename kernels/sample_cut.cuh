@@ -114,11 +114,12 @@ DEVI void seg_each(const float* __restrict__ l, int n, F f) {
 
 // The bisections below visit candidates through `cands(f)`, which calls f(key, w) for each
 // candidate of the calling thread (a finite logit: key of s, weight); w is computed only where f
-// reads it. Every thread must call them (block sums).
+// reads it. `total(x)` sums x over the threads taking part (a block, or one warp for a set in
+// shared memory: no block barrier per step), the same on each.
 
 // Top-k: the largest key t with at least k candidates at or above it; no key exceeds `hi`.
-template <class C>
-DEVI uint32_t topk_key(C cands, int k, uint32_t hi, float* sh) {
+template <class C, class R>
+DEVI uint32_t topk_key(C cands, R total, int k, uint32_t hi) {
     uint32_t lo = 0;
     while (lo < hi) {
         const uint32_t mid = lo + (uint32_t)(((uint64_t)hi - lo + 1) / 2);
@@ -126,25 +127,25 @@ DEVI uint32_t topk_key(C cands, int k, uint32_t hi, float* sh) {
         cands([&](uint32_t key, float) {
             if (key >= mid) c += 1.f;
         });
-        if (block_sum(c, sh) >= (float)k) lo = mid; else hi = mid - 1;
+        if (total(c) >= (float)k) lo = mid; else hi = mid - 1;
     }
     return lo;
 }
 
 // The mass of the candidates at or above key tk.
-template <class C>
-DEVI float kept_mass(C cands, uint32_t tk, float* sh) {
+template <class C, class R>
+DEVI float kept_mass(C cands, R total, uint32_t tk) {
     float z = 0.f;
     cands([&](uint32_t key, float w) {
         if (key >= tk) z += w;
     });
-    return block_sum(z, sh);
+    return total(z);
 }
 
 // Top-p: the largest weight w* whose candidates (at or above key tk) at or above it carry at least
 // `target`; weights lie in [0, 1] (the largest s has weight 1), and positive floats' bits are ordered.
-template <class C>
-DEVI float topp_weight(C cands, uint32_t tk, float target, float* sh) {
+template <class C, class R>
+DEVI float topp_weight(C cands, R total, uint32_t tk, float target) {
     uint32_t lo = 0, hi = 0x3f800000u;
     while (lo < hi) {
         const uint32_t mid = lo + (hi - lo + 1) / 2;
@@ -153,9 +154,22 @@ DEVI float topp_weight(C cands, uint32_t tk, float target, float* sh) {
         cands([&](uint32_t key, float w) {
             if (key >= tk && w >= w_mid) s += w;
         });
-        if (block_sum(s, sh) >= target) lo = mid; else hi = mid - 1;
+        if (total(s) >= target) lo = mid; else hi = mid - 1;
     }
     return __uint_as_float(lo);
+}
+
+// The cut-offs (top-k key, smallest kept weight before min-p) over `cands`, summed by `total`.
+template <class C, class R>
+DEVI void cut_offs(C cands, R total, int kk, float top_p, float zall, uint32_t key_max, uint32_t& tk,
+                   float& wmin) {
+    tk = 0;
+    wmin = 0.f;
+    if (kk > 0) tk = topk_key(cands, total, kk, key_max);
+    if (top_p < 1.f) {
+        const float zk = kk > 0 ? kept_mass(cands, total, tk) : zall;
+        wmin = topp_weight(cands, total, tk, top_p * zk);
+    }
 }
 
 // Inverse CDF in index order over items 0..n: weight(i) is item i's kept weight (0 when cut),

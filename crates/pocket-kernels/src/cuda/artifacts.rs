@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3c4606e223bd4d3592b2a941ebc8e54064be8fb835186a05c00c05d0c81ddb12";
+    "04b7762421a12b255d91a2ebf03989dc29c7082fcabdb5a71b725d3e41835208";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
