@@ -175,17 +175,24 @@ DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, flo
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512)
-deltanet_decode(const float* __restrict__ qkv, const float* __restrict__ z, const float* __restrict__ bsrc,
-                const float* __restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,
-                const float* __restrict__ conv_w, const float* __restrict__ a_neg,
-                const float* __restrict__ dt_bias, const float* __restrict__ norm_w,
-                float* __restrict__ conv_state, float* __restrict__ state, float* __restrict__ out,
-                const uint32_t* __restrict__ query_start, const uint32_t* __restrict__ state_slots,
-                const uint32_t* __restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,
-                int RG, float l2_eps, float scale, float norm_eps, const uint8_t* __restrict__ wb,
-                const uint8_t* __restrict__ wa, const float* __restrict__ x, int x_stride, int hidden,
-                int wfmt, int hb, uint32_t* __restrict__ cnt) {
+// The parameters every form of the decode step takes (this kernel, and the cluster forms of
+// deltanet_decode_cluster.cuh), in launch order; each form adds its own after them.
+#define DND_PARAMS                                                                                 \
+    const float *__restrict__ qkv, const float *__restrict__ z, const float *__restrict__ bsrc,    \
+        const float *__restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,  \
+        const float *__restrict__ conv_w, const float *__restrict__ a_neg,                         \
+        const float *__restrict__ dt_bias, const float *__restrict__ norm_w,                       \
+        float *__restrict__ conv_state, float *__restrict__ state, float *__restrict__ out,        \
+        const uint32_t *__restrict__ query_start, const uint32_t *__restrict__ state_slots,        \
+        const uint32_t *__restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,  \
+        int RG, float l2_eps, float scale, float norm_eps, const uint8_t *__restrict__ wb,         \
+        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden, int wfmt
+#define DND_ARGS                                                                                   \
+    qkv, z, bsrc, asrc, qkv_stride, z_stride, b_stride, a_stride, conv_w, a_neg, dt_bias, norm_w,  \
+        conv_state, state, out, query_start, state_slots, has_state, hk, hv, dk, dv, K, tiled, RG, \
+        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt
+
+extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, int hb, uint32_t* __restrict__ cnt) {
     extern __shared__ float4 smem4[];
     float* smem = (float*)smem4;
     int hpg = hv / hk, nsub = hpg / hb;

@@ -146,16 +146,7 @@ DEVI void fdc_ba_dot(const uint4 (&q)[U], const float* __restrict__ xr, float (&
 }
 
 template <int CS, int RPT>
-DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, const float* __restrict__ bsrc,
-                  const float* __restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,
-                  const float* __restrict__ conv_w, const float* __restrict__ a_neg,
-                  const float* __restrict__ dt_bias, const float* __restrict__ norm_w,
-                  float* __restrict__ conv_state, float* __restrict__ state, float* __restrict__ out,
-                  const uint32_t* __restrict__ query_start, const uint32_t* __restrict__ state_slots,
-                  const uint32_t* __restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,
-                  int RG, float l2_eps, float scale, float norm_eps, const uint8_t* __restrict__ wb,
-                  const uint8_t* __restrict__ wa, const float* __restrict__ x, int x_stride, int hidden,
-                  int wfmt, uint32_t* __restrict__ cnt) {
+DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
     extern __shared__ float4 fdc_smem4[];
     float* smem = (float*)fdc_smem4;
     const uint32_t rank = fdc_rank<CS>();
@@ -453,35 +444,21 @@ DEVI void fdc_run(const float* __restrict__ qkv, const float* __restrict__ z, co
     }
 }
 
-#define FDC_PARAMS                                                                                    \
-    const float *__restrict__ qkv, const float *__restrict__ z, const float *__restrict__ bsrc,       \
-        const float *__restrict__ asrc, int qkv_stride, int z_stride, int b_stride, int a_stride,     \
-        const float *__restrict__ conv_w, const float *__restrict__ a_neg,                            \
-        const float *__restrict__ dt_bias, const float *__restrict__ norm_w,                          \
-        float *__restrict__ conv_state, float *__restrict__ state, float *__restrict__ out,           \
-        const uint32_t *__restrict__ query_start, const uint32_t *__restrict__ state_slots,           \
-        const uint32_t *__restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,     \
-        int RG, float l2_eps, float scale, float norm_eps, const uint8_t *__restrict__ wb,            \
-        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden,        \
-        int wfmt, uint32_t *__restrict__ cnt
-#define FDC_ARGS                                                                                      \
-    qkv, z, bsrc, asrc, qkv_stride, z_stride, b_stride, a_stride, conv_w, a_neg, dt_bias, norm_w,     \
-        conv_state, state, out, query_start, state_slots, has_state, hk, hv, dk, dv, K, tiled, RG,    \
-        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt, cnt
-
 // One block per value head (512 threads at 128 x 128): this kernel's shorter chain without the
 // cluster, on every GPU (the A/B of the chain against the split).
-extern "C" __global__ void __launch_bounds__(512) deltanet_decode_c1(FDC_PARAMS) { fdc_run<1, 8>(FDC_ARGS); }
+extern "C" __global__ void __launch_bounds__(512) deltanet_decode_c1(DND_PARAMS, uint32_t* __restrict__ cnt) {
+    fdc_run<1, 8>(DND_ARGS, cnt);
+}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Two column halves per value head (4 rows per thread: 512 threads at 128 x 128; with 8 rows and
 // 256 threads the conv loads hoisted above the in_ba dot spilled).
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(FDC_PARAMS) {
-    fdc_run<2, 4>(FDC_ARGS);
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(DND_PARAMS, uint32_t* __restrict__ cnt) {
+    fdc_run<2, 4>(DND_ARGS, cnt);
 }
 // Four column quarters per value head (4 rows per thread: 256 threads at 128 x 128).
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512) deltanet_decode_c4(FDC_PARAMS) {
-    fdc_run<4, 4>(FDC_ARGS);
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512) deltanet_decode_c4(DND_PARAMS, uint32_t* __restrict__ cnt) {
+    fdc_run<4, 4>(DND_ARGS, cnt);
 }
 
 #endif

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "04b7762421a12b255d91a2ebf03989dc29c7082fcabdb5a71b725d3e41835208";
+    "1243917668c540c09a113bcc4b4030ab2d90ed20dcad9dc6fe65fefa6866b56d";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
