@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     __shared__ float chunk_mass[SAMPLE_THREADS];
     __shared__ float gsum[32];
     __shared__ float bcast[2];
-    __shared__ int picked;
+    __shared__ int first_sh, picked;
     __shared__ uint32_t cut_sh[2];
     __shared__ CandSet cs;
     const int row = blockIdx.y, tid = threadIdx.x;
@@ -101,12 +101,12 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     if (tid == 0) {
         bcast[0] = m;
         bcast[1] = se;
-        picked = (bi == 0x7fffffff || m == -INFINITY) ? 0 : bi;
+        first_sh = (bi == 0x7fffffff || m == -INFINITY) ? 0 : bi;
     }
     vf = block_max(vf, sh + 64);  // its barriers publish thread 0's values
     m = bcast[0];
     const float log_z = m + logf(bcast[1]);
-    const int first = picked;
+    const int first = first_sh;
 
     const float temp = params ? params[row * 4 + 0] : 0.f;
     int id = first;

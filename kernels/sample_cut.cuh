@@ -27,27 +27,24 @@ DEVI uint32_t fkey(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Block-wide sum / max with a fixed order (deterministic). `sh` holds 32 floats; the leading
-// barrier keeps a previous call's readers from seeing this call's writes.
-DEVI float block_sum(float v, float* sh) {
-    v = warp_sum(v);
+// Block-wide reduction with a fixed order (deterministic): `warp_total` is v reduced over this
+// warp, `op` merges the warps' totals in warp order from `init`. `sh` holds 32 floats; the
+// leading barrier keeps a previous call's readers from seeing this call's writes.
+template <class Op>
+DEVI float block_reduce(float warp_total, float* sh, float init, Op op) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads();
-    if (lane == 0) sh[warp] = v;
+    if (lane == 0) sh[warp] = warp_total;
     __syncthreads();
-    float t = 0.f;
-    for (int w = 0; w < nw; w++) t += sh[w];
+    float t = init;
+    for (int w = 0; w < nw; w++) t = op(t, sh[w]);
     return t;
 }
+DEVI float block_sum(float v, float* sh) {
+    return block_reduce(warp_sum(v), sh, 0.f, [](float a, float b) { return a + b; });
+}
 DEVI float block_max(float v, float* sh) {
-    v = warp_max(v);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = -INFINITY;
-    for (int w = 0; w < nw; w++) t = fmaxf(t, sh[w]);
-    return t;
+    return block_reduce(warp_max(v), sh, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // N sums at once, same order as block_sum; `sh` holds N * 32 floats, and warp w's own sum of

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "1243917668c540c09a113bcc4b4030ab2d90ed20dcad9dc6fe65fefa6866b56d";
+    "77efe23ae0da3291e0bba96a24c5c31358590affde47f9afdd5cf28e875b5eed";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

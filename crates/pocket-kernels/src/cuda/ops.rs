@@ -385,20 +385,28 @@ pub(crate) fn greedy_launches(
     multi_block_launches(n, vocab, GREEDY_THREADS, 1)
 }
 
-/// The launches of the device sampler with per-row parameters over `n` rows of `vocab` logits
-/// (`multi` 2 in kernels/sample.cu): blocks of `threads`, as many per row as the greedy pick of
-/// that block size takes; a greedy row is picked by all of them, any other row drawn by its first
-/// block. One block per row under `POCKET_SMALL_KERNELS=old` (the previous launch).
+/// Threads per block of the sampler's draws (`SAMPLE_THREADS` in kernels/sample.cu).
+const SAMPLE_THREADS: u32 = 1024;
+
+/// The launches of the device sampler over `n` rows of `vocab` logits. Without per-row
+/// parameters, [`greedy_launches`]. With them (`multi` 2 in kernels/sample.cu): blocks of
+/// `SAMPLE_THREADS`, as many per row as the greedy pick of that block size takes; a greedy row is
+/// picked by all of them, any other row drawn by its first block. One block per row under
+/// `POCKET_SMALL_KERNELS=old` (the previous launch).
 pub(crate) fn sample_launches(
     n: usize,
     vocab: usize,
-    threads: u32,
+    per_row_params: bool,
 ) -> impl Iterator<Item = (usize, usize, GreedyShape)> {
-    multi_block_launches(n, vocab, threads, 2)
+    if per_row_params {
+        multi_block_launches(n, vocab, SAMPLE_THREADS, 2)
+    } else {
+        multi_block_launches(n, vocab, GREEDY_THREADS, 1)
+    }
 }
 
 /// Multi-block row launches of `threads`-thread blocks with the kernels' `multi` flag, or the
-/// one-block shape (1024 threads, flag 0) under `POCKET_SMALL_KERNELS=old`.
+/// one-block shape (`SAMPLE_THREADS`, flag 0) under `POCKET_SMALL_KERNELS=old`.
 fn multi_block_launches(
     n: usize,
     vocab: usize,
@@ -408,7 +416,7 @@ fn multi_block_launches(
     let shape = if small_kernels_legacy() {
         GreedyShape {
             slices: 1,
-            threads: 1024,
+            threads: SAMPLE_THREADS,
             multi: 0,
         }
     } else {

@@ -3,14 +3,11 @@
 //! kernels/greedy.cuh, whether or not the call carries per-row parameters).
 
 use super::kernels::Kernel;
-use super::ops::{greedy_launches, sample_launches};
+use super::ops::sample_launches;
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::tensor::Storage;
 use crate::{DType, Result, Tensor};
-
-/// Threads per row of the sampling kernel (`SAMPLE_THREADS` in kernels/sample.cu).
-const THREADS: u32 = 1024;
 
 /// Checks shapes and launches `sample_rows`; `params`/`seeds` `None` means greedy rows.
 pub(crate) fn sample_rows(
@@ -58,14 +55,9 @@ pub(crate) fn sample_rows(
         None => None,
     };
     let v4 = (vocab * 4) as u64;
-    let launches: Vec<_> = match params {
-        // Greedy rows: the multi-block pick (kernels/greedy.cuh).
-        None => greedy_launches(n, vocab).collect(),
-        // Per-row parameters: greedy rows still take the multi-block pick, the others are drawn
-        // by one block each.
-        Some(_) => sample_launches(n, vocab, THREADS).collect(),
-    };
-    for (r0, rows, g) in launches {
+    // Greedy rows take the multi-block pick (kernels/greedy.cuh) with or without per-row
+    // parameters; sampled rows are drawn by one block each.
+    for (r0, rows, g) in sample_launches(n, vocab, params.is_some()) {
         let r0 = r0 as u64;
         let (pr, sr) = params.map_or((0, 0), |(p, s)| (p + 16 * r0, s + 16 * r0));
         be.launch(
