@@ -62,7 +62,7 @@ fn put_f16(b: &mut [u8], at: usize, v: f32) {
 pub fn fill_ggml(ty: GgmlType, init: Init, rng: &mut Rng, out: &mut [u8]) -> Result<()> {
     use GgmlType::*;
     let bb = ty.block_bytes();
-    if out.len() % bb != 0 {
+    if !out.len().is_multiple_of(bb) {
         return Err(BenchError::Usage(format!(
             "{} bytes is not a whole number of {ty} blocks",
             out.len()

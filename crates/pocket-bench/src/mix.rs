@@ -153,7 +153,7 @@ fn use_more_bits(i: usize, n: usize) -> bool {
 /// llama.cpp's fallback when a row is not a whole number of the type's blocks.
 fn fallback(t: GgmlType, cols: usize) -> GgmlType {
     use GgmlType::*;
-    if cols % t.block_size() == 0 {
+    if cols.is_multiple_of(t.block_size()) {
         return t;
     }
     let f = match t {
@@ -164,7 +164,7 @@ fn fallback(t: GgmlType, cols: usize) -> GgmlType {
         Q6_K => Q8_0,
         other => other,
     };
-    if cols % f.block_size() == 0 {
+    if cols.is_multiple_of(f.block_size()) {
         f
     } else {
         F16

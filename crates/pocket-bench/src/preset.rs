@@ -121,7 +121,7 @@ impl Preset {
     /// Whether layer `il` is a full-attention layer.
     pub fn is_full_attention(&self, il: usize) -> bool {
         match self.linear {
-            Some(l) => (il + 1) % l.interval == 0,
+            Some(l) => (il + 1).is_multiple_of(l.interval),
             None => true,
         }
     }

@@ -233,7 +233,7 @@ pub fn write_safetensors(
         *by_type.entry(e.dtype.to_string()).or_default() += e.bytes;
     }
     let mut text = Value::Object(header).to_string().into_bytes();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
     let mut head = (text.len() as u64).to_le_bytes().to_vec();
