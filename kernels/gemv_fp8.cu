@@ -9,10 +9,10 @@
 //    (gemv_fp8.rs). Launch: block 128, grid ceil(rows / rows per block). Both can also run a
 //    folded residual-add RMSNorm's producer and consumer halves (rms_fold.cuh).
 //    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
-//    `_n1m1` / `_n1m2`: the tensor-core form (fp8_row_mma.cuh; sm_89+ machine code only), 16
-//    or 32 rows per block, the block's warps splitting the columns.
 //    (Whole-block row groups, 2 or 4 rows per block with the columns split over its warps, were
-//    measured in sessions 4 and 5 and won no shape: removed.)
+//    measured in sessions 4 and 5 and won no shape: removed. A tensor-core form, `_n1m1` /
+//    `_n1m2`, was measured slower than n1d6 in session 11 and removed:
+//    docs/architecture/fp8-mma-gemv.md.)
 //  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n4|n8>: the same for 2..4 / 5..8 activation rows. The block's
 //    activations go through shared memory 512 columns at a time (all rows of x, f32), so each
 //    weight byte is loaded and decoded once and used for every activation row, and x is read
@@ -43,7 +43,6 @@
 
 #include "common.cuh"
 #include "fp8_row.cuh"
-#include "fp8_row_mma.cuh"
 #include "gate_math.cuh"
 #include "rms_fold.cuh"
 
@@ -309,15 +308,6 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
     FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)
 
-// Tensor-core one-row variants (fp8_row_mma.cuh): 16-row slabs per warp M, tiles in flight U
-// (4 M 16-byte loads per tile per thread: n1m1 and n1m2 keep n1d6's 24 in flight).
-#define FP8_ROW1_MMA(name, sfx, e5m2, tiled, M, U, MINB)                                       \
-    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
-        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_row1_mma<e5m2, tiled, M, U, MINB>(w, sc, tscale, x, out, rows, cols, f);      \
-    }
-
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).
 #define FP8_SILU(name, sfx, e5m2, tiled, R, U, MINB)                                          \
@@ -334,8 +324,6 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 
 #define FP8_KERNELS(name, e5m2, tiled)                                                          \
     FP8_ROW1_ALL(name, e5m2, tiled, 1, )                                                        \
-    FP8_ROW1_MMA(name, n1m1, e5m2, tiled, 1, 6, 3)                                              \
-    FP8_ROW1_MMA(name, n1m2, e5m2, tiled, 2, 3, 2)                                              \
     extern "C" __global__ void __launch_bounds__(128) gemv_fp8_##name##_n4(                    \
         const uint8_t* w, const float* sc, float tscale, const float* x, float* out, int rows, \
         int cols, int m) {                                                                      \

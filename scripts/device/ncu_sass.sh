@@ -6,7 +6,7 @@
 # per instruction), which says where the warps wait (the activation loads, the weight loads'
 # first use, the products).
 #
-#   NCU_KERNELS="n1d6 n1m1 n1m2" NCU_SHAPES="5120x6144 5120x17408" bash bundle/ncu_sass.sh
+#   NCU_KERNELS="n1d6 n1d" NCU_SHAPES="5120x6144 5120x17408" bash bundle/ncu_sass.sh
 #
 # Needs the bundle's cuda_bench_fp8 test binary (bench_fp8_gemv_27b filtered to one shape by
 # POCKET_BENCH_FP8_SHAPES). Output: $OUT/ncu/<kernel>-<shape>.{details,sass.csv}.txt.
@@ -24,7 +24,7 @@ export LD_LIBRARY_PATH="/tmp/pocket-lib:/usr/local/nvidia/lib64:/usr/local/cuda/
 BIN="$BUNDLE/bin/test-pocket_kernels-${NCU_BIN:-cuda_bench_fp8}"
 TEST="${NCU_TEST:-bench_fp8_gemv_27b}"
 for shape in ${NCU_SHAPES:-5120x6144}; do
-  for k in ${NCU_KERNELS:-n1d6 n1m1}; do
+  for k in ${NCU_KERNELS:-n1d6}; do
     # shellcheck disable=SC2059
     name="$(printf "${NCU_NAME:-gemv_fp8_e4m3_b_%s}" "$k")"
     rep="/tmp/ncu/$k-$shape"

@@ -23,7 +23,7 @@ use bench::{backend_or_skip, bench_x, random_fp8, time_ms, weight_copies, ROOF_T
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_fp8_gemv_27b() {
-    use pocket_kernels::cuda::{Artifact, Fp8Row1};
+    use pocket_kernels::cuda::Fp8Row1;
     let Some(be) = backend_or_skip() else {
         return;
     };
@@ -59,10 +59,6 @@ fn bench_fp8_gemv_27b() {
         let mut results = Vec::new();
         for bits in [false, true] {
             for v in Fp8Row1::ALL {
-                // The tensor-core variants have no integer decode and need the sm_90 cubin.
-                if v.needs_sm90_cubin() && (bits || be.artifact() != Artifact::Sm90Cubin) {
-                    continue;
-                }
                 let ms = time_ms(&be, 5, 60, |i| {
                     be.fp8_gemv_row1(&xt, &ws[i % copies], &mut out, v, bits)
                         .unwrap()

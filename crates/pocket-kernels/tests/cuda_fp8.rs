@@ -7,7 +7,7 @@
 //! CUDA device opens.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::{Artifact, CudaBackend, Fp8Row1};
+use pocket_kernels::cuda::{CudaBackend, Fp8Row1};
 use pocket_kernels::{Backend, DType, Device, DeviceKind, HostBytes, KernelError};
 use pocket_quant::QuantFormat;
 
@@ -36,21 +36,6 @@ fn random_weights(rows: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
         }
     }
     w
-}
-
-/// Whether `be` can launch `v` (the tensor-core variants need the sm_90 cubin).
-fn runs(be: &CudaBackend, v: Fp8Row1) -> bool {
-    !v.needs_sm90_cubin() || be.artifact() == Artifact::Sm90Cubin
-}
-
-/// The decodes worth running for `v`: both, or only the f16 one where the integer decode maps
-/// to the same kernel (the tensor-core variants).
-fn int_decodes(v: Fp8Row1) -> &'static [bool] {
-    if v.needs_sm90_cubin() {
-        &[false]
-    } else {
-        &[false, true]
-    }
 }
 
 /// The bound on |GPU - CPU| for one output, from the arithmetic of the path the GPU takes:
@@ -307,10 +292,7 @@ fn fp8_gemv_variants_match_cpu_and_repeat_bit_for_bit() {
                 (exact, bound(1, false, wr, &x))
             });
             for variant in Fp8Row1::ALL {
-                if !runs(&be, variant) {
-                    continue;
-                }
-                for &bits in int_decodes(variant) {
+                for bits in [false, true] {
                     let label = format!(
                         "{} [{rows}x{cols}] {}{}",
                         format.name(),
@@ -529,10 +511,7 @@ fn fp8_every_code_decodes_exactly() {
                 .unwrap();
             let xb = be.upload_f32(&x, &[1, cols]).unwrap();
             for variant in Fp8Row1::ALL {
-                if !runs(&be, variant) {
-                    continue;
-                }
-                for &bits in int_decodes(variant) {
+                for bits in [false, true] {
                     let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
                     be.fp8_gemv_row1(&xb, &wb, &mut out, variant, bits).unwrap();
                     let got = be.read_f32(&out).unwrap();

@@ -414,35 +414,6 @@ fn folded_norm_equals_the_unfused_ops_for_every_reader() {
     assert!(f.is_empty(), "{} failures:\n{}", f.len(), f.join("\n"));
 }
 
-/// The fold's halves inside the tensor-core one-row GEMVs (`Fp8Row1::Mma`, `Mma2`, forced
-/// process-wide for this test; other tests of this binary then run them too, against the same
-/// references): the producer and the GEMV consumer equal the unfused ops and the reference.
-/// Skipped where the GPU runs the PTX (those variants need the sm_90 cubin).
-#[test]
-fn folded_norm_through_the_tensor_core_gemvs() {
-    use pocket_kernels::cuda::{Artifact, Fp8Row1};
-    let Some(be) = backend() else { return };
-    if be.artifact() != Artifact::Sm90Cubin {
-        eprintln!("skipped: the tensor-core GEMVs need the sm_90 cubin");
-        return;
-    }
-    let mut f = Vec::new();
-    for variant in [Fp8Row1::Mma, Fp8Row1::Mma2] {
-        be.set_fp8_gemv(Some(variant));
-        for (si, s) in SHAPES.into_iter().take(2).enumerate() {
-            let mut rng = Rng::new(70 + si as u64);
-            let w = weights(&be, s, &mut rng);
-            let inp = inputs(s, &mut rng);
-            for reader in [Reader::Gemv, Reader::Producer] {
-                let label = format!("{} {s:?} {reader:?}", variant.name());
-                fold_against_unfused(&be, &label, s, &w, &inp, reader, &mut f);
-            }
-        }
-    }
-    be.set_fp8_gemv(None);
-    assert!(f.is_empty(), "{} failures:\n{}", f.len(), f.join("\n"));
-}
-
 /// Producer + consumer captured into a graph and replayed: each replay equals the eager run
 /// (the pending fold is resolved inside the capture, the scratch is the graph's).
 #[test]

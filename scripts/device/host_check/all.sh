@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every CPU check of CUDA kernel logic (g++ with C++20, python3; no GPU): the dp4a work items,
 # decode attention and the chunked delta rule (run.sh), the attention prefill
-# (attn_prefill_emu.sh), the device sampler (sample_emu.sh) and the one-row GEMVs, tensor-core
-# forms included (gemv_emu.sh; its quick set, or `full` for the 27B shapes too). Each extracts
-# the committed kernel sources, so a kernel change that breaks them fails here; part of the
-# project's test command (scripts/test).
+# (attn_prefill_emu.sh), the device sampler (sample_emu.sh) and the one-row GEMVs (gemv_emu.sh;
+# its quick set, or `full` for the 27B shapes too). Each extracts the committed kernel sources,
+# so a kernel change that breaks them fails here; part of the project's test command
+# (scripts/test).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 bash "$HERE/run.sh"

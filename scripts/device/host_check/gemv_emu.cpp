@@ -1,8 +1,7 @@
 // Host emulation of the one-row GEMVs: kernels/gemv_fp8.cu's gemv_fp8_row1 (every FP8_ROW1_ALL
-// variant) and gemv_fp8_row1_mma (fp8_row_mma.cuh, the tensor-core variants), and kernels/gemv.cu's
-// gemv_h: one fiber per CUDA thread, barriers for __syncthreads, __syncwarp, shuffles and the
-// warp-collective mma, blocks one after another; against an f64 reference. Sources are extracted
-// as they are by gemv_emu.sh.
+// variant) and kernels/gemv.cu's gemv_h: one fiber per CUDA thread, barriers for __syncthreads,
+// __syncwarp and shuffles, blocks one after another; against an f64 reference. Sources are
+// extracted as they are by gemv_emu.sh.
 #include <cstdint>
 #include <cstring>
 #include <cmath>
@@ -20,7 +19,6 @@
 #define __constant__ static
 struct uint4 { uint32_t x, y, z, w; };
 struct float4 { float x, y, z, w; };
-struct float2 { float x, y; };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 template <typename T> inline T __ldg(const T* p) { T v; memcpy(&v, p, sizeof(T)); return v; }
@@ -33,25 +31,18 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     return r;
 }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __fadd_rn(float a, float b) { return a + b; }
-inline void __trap() { fprintf(stderr, "__trap\n"); abort(); }
 // f16 through the compiler's _Float16 (IEEE binary16, round to nearest even, subnormals kept).
 struct __half { uint16_t v; };
-struct __half2_raw { uint16_t x, y; };
-struct __half2 { uint16_t x, y; operator __half2_raw() const { return {x, y}; } };
 inline uint16_t f2h_bits(float f) { _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
 inline float h2f_bits(uint16_t u) { _Float16 h; memcpy(&h, &u, 2); return (float)h; }
 inline __half __ushort_as_half(uint16_t v) { return {v}; }
 inline float __half2float(__half h) { return h2f_bits(h.v); }
-inline __half2 __floats2half2_rn(float a, float b) { return {f2h_bits(a), f2h_bits(b)}; }
-inline float2 __half22float2(__half2 h) { return {h2f_bits(h.x), h2f_bits(h.y)}; }
 using std::min; using std::max;
 #include "fibers.h"
 inline float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
-inline float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = std::fmax(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
 inline void pdl_wait() {}
 inline void pdl_trigger() {}
 template <int MINB = 0> inline void pdl_trigger_early() {}
@@ -67,30 +58,6 @@ inline uint32_t emu_e4m3_f16(uint32_t c) {
     return h | (s << 15);
 }
 inline uint32_t emu_cvt_e4m3x2(uint32_t v) { return emu_e4m3_f16(v & 255) | (emu_e4m3_f16((v >> 8) & 255) << 16); }
-// mma.sync.m16n8k16 f32.f16.f16.f32 for the calling lane's warp (PTX ISA fragment layout): every
-// lane deposits its fragments, then computes its own d from the whole matrices (products exact,
-// summed in f64 and rounded once; the tensor cores' own summation order and rounding are not
-// modelled: the reference's bound covers both).
-float g_mA[8][16][16], g_mB[8][16][8], g_mC[8][16][8];
-inline void emu_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    auto lo = [](uint32_t v) { return h2f_bits(v & 0xffff); };
-    auto hi = [](uint32_t v) { return h2f_bits(v >> 16); };
-    g_mA[w][g][2 * t] = lo(a[0]); g_mA[w][g][2 * t + 1] = hi(a[0]);
-    g_mA[w][g + 8][2 * t] = lo(a[1]); g_mA[w][g + 8][2 * t + 1] = hi(a[1]);
-    g_mA[w][g][2 * t + 8] = lo(a[2]); g_mA[w][g][2 * t + 9] = hi(a[2]);
-    g_mA[w][g + 8][2 * t + 8] = lo(a[3]); g_mA[w][g + 8][2 * t + 9] = hi(a[3]);
-    g_mB[w][2 * t][g] = lo(b0); g_mB[w][2 * t + 1][g] = hi(b0);
-    g_mB[w][2 * t + 8][g] = lo(b1); g_mB[w][2 * t + 9][g] = hi(b1);
-    bar_wait(g_warp[w]);
-    for (int e = 0; e < 4; e++) {
-        const int r = g + 8 * (e / 2), n = 2 * t + e % 2;
-        double acc = d[e];
-        for (int k = 0; k < 16; k++) acc += (double)g_mA[w][r][k] * g_mB[w][k][n];
-        d[e] = (float)acc;
-    }
-    bar_wait(g_warp[w]);
-}
 #ifdef EMU_CVT
 #define __CUDA_ARCH__ 900
 #endif
@@ -187,18 +154,14 @@ void report(const char* what, int rows, int R, const std::vector<int>& blocks,
     if (!ok) fails++;
 }
 
-// The FP8 one-row kernels' kinds: the warp-per-rows template (R rows per warp, U steps) or the
-// tensor-core one (M slabs of 16 rows per block, U tiles).
-enum class Kind { Row1, Mma };
-
 // FP8 weight of row parts stacked as pocket-layers' stacked_weight lays them out: codes one part
 // after another, each part's [ceil(rows_i / 128), ceil(cols / 128)] tile scales after the
 // previous part's (parts but the last have rows % 128 == 0). The reference reads each part's own
 // scales by the row's index inside its part.
-template <Kind K, int E5M2, bool TILED, int DEC, int R, int U>
+template <int E5M2, bool TILED, int DEC, int R, int U>
 void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20, int mid = 0) {
-    // Rows per block: 4 warps of R rows, or M = R slabs of 16.
-    constexpr int RB = K == Kind::Row1 ? 4 * R : 16 * R;
+    // Rows per block: 4 warps of R rows.
+    constexpr int RB = 4 * R;
     int rows = 0;
     for (int p : parts) rows += p;
     std::vector<uint8_t> w((size_t)rows * cols);
@@ -212,7 +175,7 @@ void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20,
         sc.insert(sc.end(), s.begin(), s.end());
         psc.push_back(std::move(s));
     }
-    // Activations over several binades (the mma variants scale each tile by a power of two).
+    // Activations over several binades.
     std::vector<float> x(cols);
     for (auto& v : x) v = std::ldexp(unif(), (int)(xs32() % 9) - 4);
     float tscale = 0.75f;
@@ -226,25 +189,20 @@ void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20,
     auto blocks = sample_blocks(grid, edge, mid, rng);
     const RmsFold nofold{};
     launch_blocks(blocks, grid, 128, [&] {
-        if constexpr (K == Kind::Row1)
-            gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
-        else
-            gemv_fp8_row1_mma<E5M2, TILED, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
+        gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
     });
     char name[80];
-    snprintf(name, 80, "fp8 %s%s %s%dU%d d%d%s%s", E5M2 ? "e5m2" : "e4m3", TILED ? "_b" : "_t",
-             K == Kind::Row1 ? "R" : "mma M", R, U, DEC, lanes ? " lanes" : "", parts.size() > 1 ? " st" : "");
+    snprintf(name, 80, "fp8 %s%s R%dU%d d%d%s%s", E5M2 ? "e5m2" : "e4m3", TILED ? "_b" : "_t",
+             R, U, DEC, lanes ? " lanes" : "", parts.size() > 1 ? " st" : "");
     // Rows of the sampled blocks map onto weight rows (a missing last row re-reads the last);
-    // a row-group of Row1 wholly past the end reads nothing.
+    // a row group wholly past the end reads nothing.
     std::vector<int> slots(rows, 0);
     for (int b : blocks)
         for (int i = 0; i < RB; i++) {
             int r = b * RB + i;
-            if (K == Kind::Row1 && r - i % R >= rows) continue;
+            if (r - i % R >= rows) continue;
             slots[std::min(r, rows - 1)]++;
         }
-    // Mma: the last tile's lanes past the row's end re-read its last chunk.
-    const int extra = K == Kind::Mma ? (int)(8 * ((per_row + 7) / 8) - per_row) : 0;
     report(name, rows, RB, blocks, out, [&](int r, double& s, double& m) {
         int p = 0, rr = r;
         while (rr >= parts[p]) rr -= parts[p++];
@@ -255,7 +213,7 @@ void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20,
             double v = (E5M2 ? e5m2(q) : e4m3(q)) * (TILED ? psc[p][(rr / 128) * tc + c / 128] : tscale);
             s += v * x[c]; m += std::fabs(v * x[c]);
         }
-    }, per_row, [&](int r, size_t c) { return slots[r] * (1 + (c + 1 == per_row ? extra : 0)); });
+    }, per_row, [&](int r, size_t) { return slots[r]; });
     g_reads = nullptr;
 }
 
@@ -294,22 +252,16 @@ void check_h(int rows, int cols, int edge = 1 << 20, int mid = 0) {
     g_reads = nullptr;
 }
 
-// Every one-row variant of kernels/gemv_fp8.cu (FP8_ROW1_ALL: R, U; the tensor-core ones:
-// M, U, on the sm_89+ path only) on one case, in both weight orders.
+// Every one-row variant of kernels/gemv_fp8.cu (FP8_ROW1_ALL: R, U) on one case, in both
+// weight orders.
 template <int E5M2, bool TILED, int DEC>
 void all_variants(std::vector<int> parts, int cols, int edge = 1 << 20, int mid = 0) {
     for (bool lanes : {false, true}) {
-        check_fp8<Kind::Row1, E5M2, TILED, DEC, 4, 2>(parts, cols, lanes, edge, mid);
-        check_fp8<Kind::Row1, E5M2, TILED, DEC, 8, 1>(parts, cols, lanes, edge, mid);
-        check_fp8<Kind::Row1, E5M2, TILED, DEC, 4, 4>(parts, cols, lanes, edge, mid);
-        check_fp8<Kind::Row1, E5M2, TILED, DEC, 8, 2>(parts, cols, lanes, edge, mid);
-        check_fp8<Kind::Row1, E5M2, TILED, DEC, 4, 6>(parts, cols, lanes, edge, mid);
-#ifdef EMU_CVT
-        if (DEC == 1) {
-            check_fp8<Kind::Mma, E5M2, TILED, DEC, 1, 6>(parts, cols, lanes, edge, mid);
-            check_fp8<Kind::Mma, E5M2, TILED, DEC, 2, 3>(parts, cols, lanes, edge, mid);
-        }
-#endif
+        check_fp8<E5M2, TILED, DEC, 4, 2>(parts, cols, lanes, edge, mid);
+        check_fp8<E5M2, TILED, DEC, 8, 1>(parts, cols, lanes, edge, mid);
+        check_fp8<E5M2, TILED, DEC, 4, 4>(parts, cols, lanes, edge, mid);
+        check_fp8<E5M2, TILED, DEC, 8, 2>(parts, cols, lanes, edge, mid);
+        check_fp8<E5M2, TILED, DEC, 4, 6>(parts, cols, lanes, edge, mid);
     }
 }
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # CPU check of the one-row GEMVs (kernels/gemv_fp8.cu gemv_fp8_row1, every variant and decode;
-# fp8_row_mma.cuh gemv_fp8_row1_mma, the tensor-core variants; kernels/gemv.cu gemv_h): the
-# kernel sources are extracted as they are and run with one fiber per CUDA thread
-# (gemv_emu.cpp) against an f64 reference, on shapes with partial last blocks, tiles and column
-# passes, in both FP8 weight orders (row-major and tile-lane), and on the Qwen3.5-27B decode
-# shapes (stacked FP8 [qkv|z] with each part's own tile scales, the 248320-row BF16 LM head;
-# sampled blocks there), counting every 16-byte weight read. `small` skips the 27B shapes.
+# kernels/gemv.cu gemv_h): the kernel sources are extracted as they are and run with one fiber
+# per CUDA thread (gemv_emu.cpp) against an f64 reference, on shapes with partial last blocks,
+# tiles and column passes, in both FP8 weight orders (row-major and tile-lane), and on the
+# Qwen3.5-27B decode shapes (stacked FP8 [qkv|z] with each part's own tile scales, the
+# 248320-row BF16 LM head; sampled blocks there), counting every 16-byte weight read. `small`
+# skips the 27B shapes.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
@@ -34,19 +34,15 @@ fold = after("rms_fold.cuh", '#include "common.cuh"\n')
 g8 = open(f"{root}/kernels/gemv_fp8.cu").read()
 row1 = between(g8, "template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>",
                "// ---- one activation row of a stacked")
-mma = after("fp8_row_mma.cuh", '#include "rms_fold.cuh"\n')
-mma_asm = re.compile(r'asm\("mma\.sync.*?\);', re.S)
-assert mma_asm.search(mma), "mma asm not found"
-mma = mma_asm.sub("emu_mma(d, a, b0, b1);", mma)
 g = open(f"{root}/kernels/gemv.cu").read()
 h = between(g, "#define GEMVH_U 4", "#define DEF_GEMV_H")
 h = re.sub(r"DEVI uint4 ld_stream16\(const void\* p\) \{.*?\n\}\n", "", h, flags=re.S)
-open(f"{work}/kern.h", "w").write(row + fold + row1 + mma + h)
+open(f"{work}/kern.h", "w").write(row + fold + row1 + h)
 PY
 cd "$WORK"
 g++ -O1 -std=c++20 -w -DEMU_CVT gemv_emu.cpp -o gemv_emu_cvt
 g++ -O1 -std=c++20 -w gemv_emu.cpp -o gemv_emu
-echo "== E4M3 through the f16 conversion (sm_89+ path, cvt emulated; the tensor-core variants)"
+echo "== E4M3 through the f16 conversion (sm_89+ path, cvt emulated)"
 ./gemv_emu_cvt "$@"
 echo "== E4M3 through the integer decode (compute_75 path)"
 ./gemv_emu "$@"

@@ -10,7 +10,6 @@ use super::kernels::Kernel;
 use super::matmul_fp8::{prepare, Fp8Call, Fp8Kernel, Fp8Kind};
 use super::rms_fold::{self, RmsFoldArgs};
 use super::switch::{EnvChoice, EnvSwitch};
-use super::Artifact;
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{Result, Tensor, Weight};
@@ -22,9 +21,10 @@ pub(crate) const GEMV_BLOCK_THREADS: u32 = 128;
 
 /// The one-row (n = 1) FP8 GEMV variants: one template (`gemv_fp8_row1` in kernels/gemv_fp8.cu)
 /// that differs in the weight rows per warp and the steps in flight, each thread refilling a
-/// slot of 16-byte weight loads as it is used; and the tensor-core form
-/// (`gemv_fp8_row1_mma`, kernels/fp8_row_mma.cuh). (The whole-block row groups, 2 or 4 rows per
-/// block, won no shape in sessions 4 and 5 and were removed.)
+/// slot of 16-byte weight loads as it is used. (The whole-block row groups, 2 or 4 rows per
+/// block, won no shape in sessions 4 and 5 and were removed; so was the tensor-core form,
+/// measured slower than [`Fp8Row1::Warp4Deep6`] in session 11:
+/// docs/architecture/fp8-mma-gemv.md.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fp8Row1 {
     /// One warp per 4 rows, 16 rows per block (`_n1`).
@@ -38,32 +38,23 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// Tensor cores (`_n1m1`, kernels/fp8_row_mma.cuh): a block's 4 warps split the columns of
-    /// 16 rows and multiply them with f16 mma.sync, 24 loads per thread in flight; sm_90 cubin
-    /// only. Not yet measured on a GPU; never chosen by [`Fp8Row1::for_shape`].
-    Mma,
-    /// [`Fp8Row1::Mma`] over 32 rows per block (`_n1m2`): the activation's conversion shared by
-    /// twice the rows, 3 tiles in flight (also 24 loads per thread), 2 blocks per SM.
-    Mma2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 7] = [
+    pub const ALL: [Fp8Row1; 5] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
-        Fp8Row1::Mma,
-        Fp8Row1::Mma2,
     ];
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Mma => 16,
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep | Fp8Row1::Mma2 => 32,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }
 
@@ -75,15 +66,8 @@ impl Fp8Row1 {
             Fp8Row1::Warp4 => 6,
             Fp8Row1::Warp8 => 7,
             Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
-            Fp8Row1::Warp4Deep6 | Fp8Row1::Mma => 3,
-            Fp8Row1::Mma2 => 2,
+            Fp8Row1::Warp4Deep6 => 3,
         }
-    }
-
-    /// Whether the variant runs on tensor cores, so only from the sm_90 cubin (the compute_75
-    /// PTX has no f16 mma.sync of this shape nor the E4M3 conversion).
-    pub fn needs_sm90_cubin(self) -> bool {
-        matches!(self, Fp8Row1::Mma | Fp8Row1::Mma2)
     }
 
     /// The name `POCKET_GEMV_FP8` takes and the benchmarks print.
@@ -94,8 +78,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
-            Fp8Row1::Mma => "mma",
-            Fp8Row1::Mma2 => "mma2",
         }
     }
 
@@ -148,7 +130,7 @@ const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d|warp4d6|mma|mma2 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
 /// [`CudaBackend::set_fp8_gemv`].
 static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
@@ -160,8 +142,6 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
         Some(Fp8Row1::Warp4Deep),
         Some(Fp8Row1::Warp8Deep),
         Some(Fp8Row1::Warp4Deep6),
-        Some(Fp8Row1::Mma),
-        Some(Fp8Row1::Mma2),
     ],
     |v| match v.and_then(Fp8Row1::parse) {
         Some(f) => Some(f),
@@ -234,18 +214,9 @@ impl GemvRows {
 /// The one-row variant for a `rows x cols` weight on `be`: the forced one, else the per-shape
 /// choice.
 pub(crate) fn row1_variant(be: &CudaBackend, rows: usize, cols: usize) -> Fp8Row1 {
-    ROW1.get().unwrap_or_else(
-        || match Fp8Row1::for_shape(rows, cols, be.sm_count() as usize) {
-            Fp8Row1::Warp4Deep6 if MMA.on() && be.artifact() == Artifact::Sm90Cubin => Fp8Row1::Mma,
-            v => v,
-        },
-    )
+    ROW1.get()
+        .unwrap_or_else(|| Fp8Row1::for_shape(rows, cols, be.sm_count() as usize))
 }
-
-/// `POCKET_FP8_MMA=1`: the per-shape choice takes [`Fp8Row1::Mma`] where it would take
-/// [`Fp8Row1::Warp4Deep6`] (the 5120-row matrices of the 27B on the H200), for the whole-step
-/// A/B of the tensor-core GEMV (sm_90 cubin only; off by default: not yet measured).
-static MMA: EnvSwitch = EnvSwitch::off_unless_one("POCKET_FP8_MMA");
 
 /// The producer half of a folded norm (cuda/rms_fold.rs): `out = x · Wᵀ` for one row through
 /// `variant`, whose epilogue also does the fold's residual add and partial sums (`fold`).
@@ -274,15 +245,6 @@ fn launch_row1(
 ) -> Result<()> {
     if p.rows == 0 {
         return Ok(());
-    }
-    if variant.needs_sm90_cubin() && be.artifact() != Artifact::Sm90Cubin {
-        return Err(shape_err(
-            "matmul",
-            format!(
-                "the {} FP8 GEMV runs only from the sm_90 cubin (this GPU loaded PTX)",
-                variant.name()
-            ),
-        ));
     }
     be.launch(
         "matmul",
@@ -414,15 +376,13 @@ mod tests {
                     for bits in [false, true] {
                         let k = Fp8Kernel::Row1(Fp8Kind { e5m2, tiled }, v, bits).symbol();
                         assert!(ptx.contains(&format!(".entry {k}(")), "{k} not in the PTX");
-                        // E5M2 and the tensor-core variants have no integer-decode kernels: both
-                        // map to one symbol.
-                        let one = e5m2 || v.needs_sm90_cubin();
-                        assert!(seen.insert(k) || one, "{k} twice");
+                        // E5M2 has no integer-decode kernels: both map to one symbol.
+                        assert!(seen.insert(k) || e5m2, "{k} twice");
                     }
                 }
             }
         }
-        assert_eq!(seen.len(), 38);
+        assert_eq!(seen.len(), 30);
     }
 
     #[test]

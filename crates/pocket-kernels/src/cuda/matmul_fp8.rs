@@ -122,9 +122,6 @@ impl Fp8Kernel {
                             Fp8Row1::Warp4Deep => concat!("gemv_fp8_", $f, "_n1d", $b),
                             Fp8Row1::Warp8Deep => concat!("gemv_fp8_", $f, "_n1w8d", $b),
                             Fp8Row1::Warp4Deep6 => concat!("gemv_fp8_", $f, "_n1d6", $b),
-                            // f16 conversion only: the integer decode maps to the same kernel.
-                            Fp8Row1::Mma => concat!("gemv_fp8_", $f, "_n1m1"),
-                            Fp8Row1::Mma2 => concat!("gemv_fp8_", $f, "_n1m2"),
                         }
                     };
                 }
