@@ -186,11 +186,12 @@ DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, flo
         const uint32_t *__restrict__ query_start, const uint32_t *__restrict__ state_slots,        \
         const uint32_t *__restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,  \
         int RG, float l2_eps, float scale, float norm_eps, const uint8_t *__restrict__ wb,         \
-        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden, int wfmt
+        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden, int wfmt, \
+        const uint8_t *__restrict__ pf, unsigned long long pf_bytes
 #define DND_ARGS                                                                                   \
     qkv, z, bsrc, asrc, qkv_stride, z_stride, b_stride, a_stride, conv_w, a_neg, dt_bias, norm_w,  \
         conv_state, state, out, query_start, state_slots, has_state, hk, hv, dk, dv, K, tiled, RG, \
-        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt
+        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt, pf, pf_bytes
 
 extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, int hb, uint32_t* __restrict__ cnt) {
     extern __shared__ float4 smem4[];
@@ -230,7 +231,8 @@ extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, in
         int t = (c - 2 * dk) / dv, j = (c - 2 * dk) % dv;
         return 2 * hk * dk + fd_head(kh, t0 + t, hk, hpg, tiled) * dv + j;
     };
-    // Weights before the wait.
+    // Weights before the wait: the next GEMV's into L2 (pf; none when null), the conv taps.
+    l2_prefetch_share(pf, pf_bytes);
     for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
     float nw = tid < dv ? norm_w[tid] : 0.f;
     int nch = hidden / 8;

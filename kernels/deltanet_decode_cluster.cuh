@@ -182,8 +182,10 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
         if (c < 2 * dk) return hk * dk + kh * dk + (c - dk);
         return 2 * hk * dk + h * dv + col0 + (c - 2 * dk);
     };
-    // Weights before the wait: the taps in passes of FDC_TAP_U loads per thread, all issued
-    // before the first store (one round trip per pass, one pass at the 27B shape).
+    // Weights before the wait: the next GEMV's into L2 (pf; none when null), then the taps in
+    // passes of FDC_TAP_U loads per thread, all issued before the first store (one round trip per
+    // pass, one pass at the 27B shape).
+    l2_prefetch_share(pf, pf_bytes);
     for (int base = 0; base < CH * K; base += nt * FDC_TAP_U) {
         float v[FDC_TAP_U];
 #pragma unroll

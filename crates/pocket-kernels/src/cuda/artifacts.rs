@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "77efe23ae0da3291e0bba96a24c5c31358590affde47f9afdd5cf28e875b5eed";
+    "03ecb90f5f8f369774b1c81c1fe3b7e4732e28763b46d888b1416cfbdcb14e18";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
