@@ -48,10 +48,6 @@ struct AttnArgs {
     // Output gate (Qwen3.5): where non-null, whichever kernel writes `out` writes
     // out * sigmoid(gate) instead (gate [rows, heads, head_dim], as `out`), and quantizes that.
     const float* gate;
-    // Decode kernel: where pf is non-null, the blocks bring [pf, pf + pf_bytes) into L2 while they
-    // run (common.cuh l2_prefetch_share): the output projection's weight, read next.
-    const uint8_t* pf;
-    unsigned long long pf_bytes;
 };
 
 // sigmoid_mul's arithmetic (deltanet.cu): v * (1 / (1 + expf(-g))).
@@ -550,13 +546,11 @@ __device__ void attn_decode(const AttnArgs& a) {
 
 #define DEF_ATTN_DECODE(name, T)                                                                   \
     extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g4(AttnArgs a) {  \
-        l2_prefetch_share(a.pf, a.pf_bytes);                                                       \
         pdl_wait();                                                                                \
         pdl_trigger();                                                                             \
         attn_decode<T, 4>(a);                                                                      \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g8(AttnArgs a) {  \
-        l2_prefetch_share(a.pf, a.pf_bytes);                                                       \
         pdl_wait();                                                                                \
         pdl_trigger();                                                                             \
         attn_decode<T, 8>(a);                                                                      \

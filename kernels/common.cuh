@@ -62,30 +62,6 @@ DEVI void pdl_trigger_late() {
     if (!pdl_is_early<MINB>()) pdl_trigger();
 }
 
-// Starts moving this block's share of [base, base + bytes) into L2, for a weight the next kernel
-// reads: a latency-bound kernel (the DeltaNet decode step) leaves HBM mostly idle, and the GEMV
-// after it then finds its weight in L2. Reads nothing into registers and writes nothing, so it
-// may run before pdl_wait() and cannot change a result. sm_90: the block's contiguous share in
-// bulk prefetches of up to 64 KiB (the SM's TMA unit moves them; one instruction each, by the
-// lanes of warp 0), every block at once; older GPUs: nothing (a prefetch per 128-byte line would
-// cost more issue slots than it saves). base 16-byte aligned, bytes a multiple of 16 (the host's).
-DEVI void l2_prefetch_share(const uint8_t* base, unsigned long long bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    typedef unsigned long long u64;
-    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    if (base == nullptr || tid >= 32) return;
-    constexpr u64 PIECE = 65536;
-    const u64 nblk = (u64)gridDim.x * gridDim.y * gridDim.z;
-    const u64 blk = blockIdx.x + (u64)gridDim.x * (blockIdx.y + (u64)gridDim.y * blockIdx.z);
-    const u64 share = ((bytes + nblk - 1) / nblk + 15) & ~15ull;
-    const u64 lo = blk * share, hi = lo + share < bytes ? lo + share : bytes;
-    for (u64 off = lo + tid * PIECE; off < hi; off += 32 * PIECE) {
-        const unsigned n = (unsigned)(hi - off < PIECE ? hi - off : PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
-    }
-#endif
-}
-
 DEVI float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -186,12 +186,11 @@ DEVI void fd_ba_dot(const uint4 (&q)[FD_BA_U], const float* __restrict__ xr, flo
         const uint32_t *__restrict__ query_start, const uint32_t *__restrict__ state_slots,        \
         const uint32_t *__restrict__ has_state, int hk, int hv, int dk, int dv, int K, int tiled,  \
         int RG, float l2_eps, float scale, float norm_eps, const uint8_t *__restrict__ wb,         \
-        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden, int wfmt, \
-        const uint8_t *__restrict__ pf, unsigned long long pf_bytes
+        const uint8_t *__restrict__ wa, const float *__restrict__ x, int x_stride, int hidden, int wfmt
 #define DND_ARGS                                                                                   \
     qkv, z, bsrc, asrc, qkv_stride, z_stride, b_stride, a_stride, conv_w, a_neg, dt_bias, norm_w,  \
         conv_state, state, out, query_start, state_slots, has_state, hk, hv, dk, dv, K, tiled, RG, \
-        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt, pf, pf_bytes
+        l2_eps, scale, norm_eps, wb, wa, x, x_stride, hidden, wfmt
 
 extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, int hb, uint32_t* __restrict__ cnt) {
     extern __shared__ float4 smem4[];
@@ -231,8 +230,7 @@ extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, in
         int t = (c - 2 * dk) / dv, j = (c - 2 * dk) % dv;
         return 2 * hk * dk + fd_head(kh, t0 + t, hk, hpg, tiled) * dv + j;
     };
-    // Weights before the wait: the next GEMV's into L2 (pf; none when null), the conv taps.
-    l2_prefetch_share(pf, pf_bytes);
+    // Weights before the wait.
     for (int idx = tid; idx < CH * K; idx += nt) taps[idx] = conv_w[(size_t)chan(idx / K) * K + idx % K];
     float nw = tid < dv ? norm_w[tid] : 0.f;
     int nch = hidden / 8;
@@ -275,8 +273,12 @@ extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, in
             if (base > 0) fd_ba_load(q, wb, wa, base, tid, nt, nch, kh, t0, hb, hk, hpg, tiled, hidden);
             fd_ba_dot(q, xr, pba, base, tid, nt, nch, hb, wfmt == 2);
         }
-        __syncthreads();
     }
+    // The conv reads taps other threads wrote (and, with wfmt, the in_ba partials): all must be
+    // in shared memory. This barrier was inside `if (wfmt)`, so without in_ba a late warp's taps
+    // could be read before it wrote them (session 11: cuda_deltanet_decode at 8 sequences failed
+    // once a prefetch delayed warp 0).
+    __syncthreads();
 
     // Conv + SiLU and the window update, as causal_conv1d_silu for one row.
     for (int c = tid; c < CH; c += nt) {

@@ -182,10 +182,8 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
         if (c < 2 * dk) return hk * dk + kh * dk + (c - dk);
         return 2 * hk * dk + h * dv + col0 + (c - 2 * dk);
     };
-    // Weights before the wait: the next GEMV's into L2 (pf; none when null), then the taps in
-    // passes of FDC_TAP_U loads per thread, all issued before the first store (one round trip per
-    // pass, one pass at the 27B shape).
-    l2_prefetch_share(pf, pf_bytes);
+    // Weights before the wait: the taps in passes of FDC_TAP_U loads per thread, all issued
+    // before the first store (one round trip per pass, one pass at the 27B shape).
     for (int base = 0; base < CH * K; base += nt * FDC_TAP_U) {
         float v[FDC_TAP_U];
 #pragma unroll
@@ -275,6 +273,10 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
             pba[2 * warp + 1] = acc[1];
         }
     }
+    // A channel's taps were written by other threads (before the wait): all must be in shared
+    // memory before the conv reads them. Missing until session 11, whose prefetch (since removed)
+    // delayed warp 0 and made the race show (cuda_deltanet_decode, clusters of 4).
+    __syncthreads();
     for (int cb = 0; cb < CH; cb += nt * FDC_CONV_U) {
         if (cb > 0) conv_load(cb);
 #pragma unroll

@@ -432,29 +432,6 @@ pub trait Backend: Send + Sync {
         self.sigmoid_mul(out, gate)
     }
 
-    /// [`Backend::attention`], or [`Backend::attention_gated`] with `gate`, told the weight the
-    /// next op reads (the output projection): a backend may start moving it toward its cache
-    /// while attention runs (CUDA decode on sm_90: an L2 prefetch from the attention kernel,
-    /// `POCKET_ATTN_PREFETCH=0` turns it off). Results never depend on it; the default ignores it.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_before(
-        &self,
-        q: &Tensor,
-        gate: Option<&Tensor>,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        meta: &AttentionMeta,
-        params: &AttentionParams,
-        out: &mut Tensor,
-        next: &Weight,
-    ) -> Result<()> {
-        let _ = next;
-        match gate {
-            Some(g) => self.attention_gated(q, g, k_cache, v_cache, meta, params, out),
-            None => self.attention(q, k_cache, v_cache, meta, params, out),
-        }
-    }
-
     /// Whether attention layers with QK-norm or an output gate should take
     /// [`Backend::qkv_norm_rope_kv_write`] and [`Backend::attention_gated`] (where they take the
     /// one-pass attention input at all); CUDA: `POCKET_QKV_NORM_FUSED=0` says no, for A/B runs.

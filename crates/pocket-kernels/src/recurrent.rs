@@ -361,10 +361,6 @@ pub struct DeltaNetDecodeInputs<'a> {
     pub norm_eps: f32,
     /// Heads, dims and grouping of the delta rule.
     pub params: DeltaRuleParams,
-    /// The weight the op after this one reads (the layer's out projection), if any. A backend
-    /// may start moving it toward its cache while the step runs (CUDA on sm_90: an L2 prefetch
-    /// from the decode kernel, which leaves HBM mostly idle); results never depend on it.
-    pub next_weight: Option<&'a crate::Weight>,
 }
 
 /// Checks the fused decode step's inputs against each other and `out`, and returns the number of

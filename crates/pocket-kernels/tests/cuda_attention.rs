@@ -146,9 +146,8 @@ fn gated_attention_matches_cpu_attention_then_sigmoid_mul() {
                     softcap: None,
                 };
                 let shape = [nq, heads, hd];
-                // On `d` under context bound `bound`, gated by the op (`fused`, through
-                // attention_before) or by attention + sigmoid_mul: the output and its Q8_0 matmul
-                // (GPU only).
+                // On `d` under context bound `bound`, gated by the op (`fused`) or by attention +
+                // sigmoid_mul: the output and its Q8_0 matmul (GPU only).
                 let run = |d: &Device, bound: usize, fused: bool| {
                     let (kc, vc) = paged.caches(d, dtype, (kvh, hd), (&kv, &vv), bound);
                     let m = paged.meta(d, bound);
@@ -158,9 +157,7 @@ fn gated_attention_matches_cpu_attention_then_sigmoid_mul() {
                     d.write_f32(&mut out, &vec![f32::NAN; nq * row], &shape)
                         .unwrap();
                     if fused {
-                        // As the layer calls it: the output projection `w` as the next weight
-                        // (the CUDA decode kernel prefetches it into L2; no result may change).
-                        d.attention_before(&qt, Some(&gt), &kc, &vc, &m, &p, &mut out, &w)
+                        d.attention_gated(&qt, &gt, &kc, &vc, &m, &p, &mut out)
                             .unwrap();
                     } else {
                         d.attention(&qt, &kc, &vc, &m, &p, &mut out).unwrap();

@@ -120,7 +120,6 @@ fn fused(
         norm_weight: &l.norm_w,
         norm_eps: 1e-6,
         params: *p,
-        next_weight: None,
     };
     be.gated_deltanet_decode(&inputs, &mut l.conv_state, &mut l.state, m, out)
         .unwrap();

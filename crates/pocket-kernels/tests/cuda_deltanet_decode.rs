@@ -76,28 +76,8 @@ fn upload(d: &Device, s: &Step, p: &DeltaRuleParams, stacked: bool) -> Proj {
     }
 }
 
-/// A stand-in for the layer's out projection (`[256, v_heads * v_dim]` F16 zeros), which the
-/// CUDA op prefetches into L2 while it runs: it must change no result.
-fn out_weight(d: &Device, p: &DeltaRuleParams) -> Weight {
-    let (rows, cols) = (256, p.v_heads * p.v_dim);
-    d.upload_weight(
-        QuantFormat::Ggml(GgmlType::F16),
-        rows,
-        cols,
-        HostBytes::from_vec(vec![0u8; rows * cols * 2]),
-        None,
-        None,
-    )
-    .unwrap()
-}
-
-/// The op's column ranges for `proj`, with `next` as the weight to prefetch.
-fn inputs<'a>(
-    l: &'a Layer,
-    proj: &'a Proj,
-    p: &DeltaRuleParams,
-    next: Option<&'a Weight>,
-) -> DeltaNetDecodeInputs<'a> {
+/// The op's column ranges for `proj`.
+fn inputs<'a>(l: &'a Layer, proj: &'a Proj, p: &DeltaRuleParams) -> DeltaNetDecodeInputs<'a> {
     let r = |tensor, col| ColumnRange { tensor, col };
     let (qkv, z, b, a) = match proj {
         Proj::Stacked { qkvz, ba } => (
@@ -118,7 +98,6 @@ fn inputs<'a>(
         norm_weight: &l.norm_w,
         norm_eps: NORM_EPS,
         params: *p,
-        next_weight: next,
     }
 }
 
@@ -133,15 +112,8 @@ fn fused(l: &mut Layer, s: &Step, p: &DeltaRuleParams, stacked: bool) -> Vec<f32
         std::mem::replace(&mut l.conv_state, d.alloc(DType::F32, &[1]).unwrap()),
         std::mem::replace(&mut l.state, d.alloc(DType::F32, &[1]).unwrap()),
     );
-    let next = out_weight(&d, p);
-    d.gated_deltanet_decode(
-        &inputs(l, &proj, p, Some(&next)),
-        &mut cs,
-        &mut st,
-        &m,
-        &mut out,
-    )
-    .unwrap();
+    d.gated_deltanet_decode(&inputs(l, &proj, p), &mut cs, &mut st, &m, &mut out)
+        .unwrap();
     (l.conv_state, l.state) = (cs, st);
     d.read_f32(&out).unwrap()
 }
@@ -499,16 +471,13 @@ fn replays(with_in_ba: bool, seqs: usize) {
     let x = gpu.upload_f32(&rng.vec(n * hidden), &[n, hidden]).unwrap();
     let bytes = ba_weight_bytes(GgmlType::BF16, 2 * p.v_heads, hidden, &mut rng);
     let w = ba_weights(&gpu, GgmlType::BF16, &bytes, p.v_heads, hidden, true);
-    // The graphed launch prefetches a next weight, the eager one none: still bit for bit.
-    let next = out_weight(&gpu, &p);
     fn op_inputs<'a>(
         l: &'a Layer,
         proj: &'a Proj,
         p: &DeltaRuleParams,
         in_ba: Option<(&'a Tensor, &'a BaWeights)>,
-        next: Option<&'a Weight>,
     ) -> DeltaNetDecodeInputs<'a> {
-        let mut inp = inputs(l, proj, p, next);
+        let mut inp = inputs(l, proj, p);
         if let Some((x, w)) = in_ba {
             let (b, a) = ba_rows(w, p.v_heads);
             inp.ba = BaInputs::Weights { x, b, a };
@@ -528,7 +497,7 @@ fn replays(with_in_ba: bool, seqs: usize) {
     gpu.synchronize().unwrap();
     gpu.begin_graph_capture().unwrap();
     gpu.gated_deltanet_decode(
-        &op_inputs(&graphed, &proj, &p, in_ba, Some(&next)),
+        &op_inputs(&graphed, &proj, &p, in_ba),
         &mut cs,
         &mut st,
         &m,
@@ -543,7 +512,7 @@ fn replays(with_in_ba: bool, seqs: usize) {
             std::mem::replace(&mut eager.state, gpu.alloc(DType::F32, &[1]).unwrap()),
         );
         gpu.gated_deltanet_decode(
-            &op_inputs(&eager, &proj, &p, in_ba, None),
+            &op_inputs(&eager, &proj, &p, in_ba),
             &mut cs,
             &mut st,
             &m,

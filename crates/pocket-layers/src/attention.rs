@@ -387,12 +387,12 @@ impl Attention {
         let rows = s.out.capacity() / (h * hd);
         view(&mut s.out, &[rows, h, hd])?;
         fit(dev, &mut s.out, n)?;
-        // The output projection's weight goes toward the cache while attention runs.
-        let gate = match (self.output_gate, s.gated.as_ref()) {
-            (true, Some((_, gate))) => Some(gate),
-            _ => None,
-        };
-        dev.attention_before(&s.q, gate, kc, vc, meta, p, &mut s.out, &self.o.weight)?;
+        match (self.output_gate, s.gated.as_ref()) {
+            (true, Some((_, gate))) => {
+                dev.attention_gated(&s.q, gate, kc, vc, meta, p, &mut s.out)?;
+            }
+            _ => dev.attention(&s.q, kc, vc, meta, p, &mut s.out)?,
+        }
         view(&mut s.out, &[n, h * hd])?;
         project_then(dev, &self.o, &s.out, out, then)
     }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "03ecb90f5f8f369774b1c81c1fe3b7e4732e28763b46d888b1416cfbdcb14e18";
+    "aa0dba7898fab26bb14a9ecf456183503e1f0c165bde9ad4ec639c11796c8d29";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,11 +2,10 @@
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
 use super::kernels::{CacheType, Kernel};
-use super::prefetch::l2_span;
 use super::switch::{EnvChoice, EnvSwitch};
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
-use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor, Weight};
+use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
 
 /// Kernel argument block of `attn_*` (mirrors `AttnArgs` in kernels/attention.cu).
 #[repr(C)]
@@ -37,8 +36,6 @@ struct AttnArgs {
     xd: u64,
     xs: u64,
     gate: u64,
-    pf: u64,
-    pf_bytes: u64,
 }
 
 /// Longest head the kernel holds in registers (8 values per lane).
@@ -240,31 +237,7 @@ pub(crate) fn attention(
     p: &AttentionParams,
     out: &mut Tensor,
 ) -> Result<()> {
-    attention_impl(be, q, None, k_cache, v_cache, meta, p, out, None)
-}
-
-/// `POCKET_ATTN_PREFETCH=0`: the decode attention leaves the next weight alone instead of
-/// prefetching it into L2 (A/B; cuda/prefetch.rs).
-static PREFETCH: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_ATTN_PREFETCH");
-
-/// [`attention`] or, with `gate`, [`attention_gated`], whose decode kernel brings `next` (the
-/// output projection's weight) into L2 while it runs (see [`crate::Backend::attention_before`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attention_before(
-    be: &CudaBackend,
-    q: &Tensor,
-    gate: Option<&Tensor>,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    meta: &AttentionMeta,
-    p: &AttentionParams,
-    out: &mut Tensor,
-    next: &Weight,
-) -> Result<()> {
-    match gate {
-        Some(g) => gated(be, q, g, k_cache, v_cache, meta, p, out, Some(next)),
-        None => attention_impl(be, q, None, k_cache, v_cache, meta, p, out, Some(next)),
-    }
+    attention_impl(be, q, None, k_cache, v_cache, meta, p, out)
 }
 
 /// Whether gated attention applies its gate in the attention kernels' epilogue
@@ -288,22 +261,6 @@ pub(crate) fn attention_gated(
     p: &AttentionParams,
     out: &mut Tensor,
 ) -> Result<()> {
-    gated(be, q, gate, k_cache, v_cache, meta, p, out, None)
-}
-
-/// [`attention_gated`], prefetching `next` from the decode kernel.
-#[allow(clippy::too_many_arguments)]
-fn gated(
-    be: &CudaBackend,
-    q: &Tensor,
-    gate: &Tensor,
-    k_cache: &Tensor,
-    v_cache: &Tensor,
-    meta: &AttentionMeta,
-    p: &AttentionParams,
-    out: &mut Tensor,
-    next: Option<&Weight>,
-) -> Result<()> {
     if gate.numel() != out.numel() {
         return Err(shape_err(
             "attention_gated",
@@ -315,9 +272,9 @@ fn gated(
         ));
     }
     if fused_gate() {
-        return attention_impl(be, q, Some(gate), k_cache, v_cache, meta, p, out, next);
+        return attention_impl(be, q, Some(gate), k_cache, v_cache, meta, p, out);
     }
-    attention_impl(be, q, None, k_cache, v_cache, meta, p, out, next)?;
+    attention_impl(be, q, None, k_cache, v_cache, meta, p, out)?;
     be.invalidate_q8(); // the attention's Q8 copy of `out` is of the ungated values
     super::recurrent::sigmoid_mul(be, out, gate)
 }
@@ -332,7 +289,6 @@ fn attention_impl(
     meta: &AttentionMeta,
     p: &AttentionParams,
     out: &mut Tensor,
-    next: Option<&Weight>,
 ) -> Result<()> {
     const OP: &str = "attention";
     let gate_ptr = match gate {
@@ -537,17 +493,9 @@ fn attention_impl(
         xd,
         xs,
         gate: gate_ptr,
-        pf: 0,
-        pf_bytes: 0,
     };
     let out_ptr = args.out;
     if decode {
-        let (pf, pf_bytes) = l2_span(be, next, PREFETCH.on());
-        let args = AttnArgs {
-            pf,
-            pf_bytes,
-            ..args
-        };
         be.launch(
             OP,
             Kernel::AttnDecode(ct, big_group),

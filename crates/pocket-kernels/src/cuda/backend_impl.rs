@@ -291,21 +291,6 @@ impl Backend for CudaBackend {
         attn::attention_gated(self, q, gate, k_cache, v_cache, meta, params, out)
     }
 
-    fn attention_before(
-        &self,
-        q: &Tensor,
-        gate: Option<&Tensor>,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        meta: &AttentionMeta,
-        params: &AttentionParams,
-        out: &mut Tensor,
-        next: &Weight,
-    ) -> Result<()> {
-        self.invalidate_q8();
-        attn::attention_before(self, q, gate, k_cache, v_cache, meta, params, out, next)
-    }
-
     fn argmax(&self, logits: &Tensor, out: &mut Tensor) -> Result<()> {
         self.invalidate_q8();
         ops::argmax(self, logits, out)

@@ -35,7 +35,6 @@ mod matmul_fp8;
 pub mod memory;
 mod ops;
 mod persist_probe;
-mod prefetch;
 mod qkv_rope;
 mod recurrent;
 mod repack;
@@ -105,8 +104,6 @@ pub struct CudaBackend {
     name: String,
     cc: (i32, i32),
     sm_count: u32,
-    /// L2 cache size in bytes.
-    l2_bytes: u64,
     sync_each: bool,
     /// Decode GEMV variant: activation quantized inside the GEMV (true) or by a separate launch.
     fused_gemv: std::sync::atomic::AtomicBool,
@@ -232,9 +229,6 @@ impl CudaBackend {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(unavailable)? as u32;
-        let l2_bytes = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
-            .map_err(unavailable)? as u64;
         let gpu = ctx.name().map_err(unavailable)?;
         let stream = ctx.new_stream().map_err(unavailable)?;
         let kernels = KernelTable::load(&ctx, cc)?;
@@ -254,7 +248,6 @@ impl CudaBackend {
             scratch: Mutex::new(Scratch::default()),
             cc,
             sm_count,
-            l2_bytes,
             sync_each: SYNC_EACH.on(),
             q8_cache: Mutex::new(None),
             fused_gemv: std::sync::atomic::AtomicBool::new(GEMV_FUSED_ENV.get()),
@@ -275,11 +268,6 @@ impl CudaBackend {
     /// Multiprocessor count.
     pub fn sm_count(&self) -> u32 {
         self.sm_count
-    }
-
-    /// L2 cache size in bytes.
-    pub fn l2_bytes(&self) -> u64 {
-        self.l2_bytes
     }
 
     /// Which embedded artifact the kernels were loaded from.

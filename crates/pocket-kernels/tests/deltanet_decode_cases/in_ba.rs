@@ -114,8 +114,7 @@ pub(super) fn case_proj_with(
                     std::mem::replace(&mut l.conv_state, d.alloc(DType::F32, &[1]).unwrap()),
                     std::mem::replace(&mut l.state, d.alloc(DType::F32, &[1]).unwrap()),
                 );
-                let next = out_weight(&d, &p);
-                let mut inp = inputs(&l, &proj, &p, Some(&next));
+                let mut inp = inputs(&l, &proj, &p);
                 inp.ba = BaInputs::Weights { x: &x, b, a };
                 d.gated_deltanet_decode(&inp, &mut cs, &mut st, &m, &mut out)
                     .unwrap();

@@ -429,7 +429,6 @@ impl GatedDeltaNet {
             norm_weight: &self.norm_weight,
             norm_eps: self.norm_eps,
             params: *p,
-            next_weight: Some(&self.out.weight),
         };
         dev.gated_deltanet_decode(&inputs, conv_state, ssm_state, meta, &mut s.normed)?;
         project_then(dev, &self.out, &s.normed, out, then)

@@ -20,7 +20,6 @@
 
 use super::super::kernels::Kernel;
 use super::super::kernels::{Artifact, DevFormat};
-use super::super::prefetch::l2_span;
 use super::super::switch::{EnvChoice, EnvSwitch};
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs, CONV_MAX_K};
@@ -57,10 +56,6 @@ static CLUSTER: EnvChoice<(usize, bool)> = EnvChoice::new(
     &[(0, true), (1, true), (2, true), (4, true)],
     |v| (v.and_then(|v| v.trim().parse().ok()).unwrap_or(2), false),
 );
-
-/// `POCKET_DELTANET_PREFETCH=0`: the decode step leaves the next weight alone instead of
-/// prefetching it into L2 (A/B; see [`l2_span`]).
-static PREFETCH: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_PREFETCH");
 
 /// Key-head blocks from this many sequences, value-head blocks below: the session-5 H200 bench
 /// at the 27B shape (docs/performance/logs/2026-11-30-s5-final/cuda_bench_deltanet.log) measured
@@ -450,7 +445,6 @@ pub(crate) fn gated_deltanet_decode(
     let tiled = i32::from(p.grouping == HeadGrouping::Tiled);
     let hb = geo.heads_per_block;
     let seqs = grid_seqs(OP, meta)?;
-    let (pfp, pf_bytes) = l2_span(be, inp.next_weight, PREFETCH.on());
     // Both kernels take the same arguments but for the plain one's heads per block before the
     // counters.
     macro_rules! launch {
@@ -496,8 +490,6 @@ pub(crate) fn gated_deltanet_decode(
                     x_stride,
                     hidden,
                     wfmt,
-                    pfp,
-                    pf_bytes,
                     $($tail),+
                 ],
             )
