@@ -14,8 +14,10 @@
 // Passes over a sampled row: one for the maximum, its index and the log-normalizer (online, as
 // the greedy pick); with top-k or top-p, one counting the candidate sets (sample_cut.cuh) and one
 // compacting the smallest that holds the cut-offs into shared memory, where the bisections run;
-// one for the draw's chunk masses. Only a row whose cut-offs no set of <= CAND_MAX tokens holds
-// (a nearly flat distribution) bisects over the whole row, ~30 passes per cut-off.
+// one for the draw's chunk masses. A top-k row that no weight set holds finds its k-th largest by
+// radix selection (4 passes) and takes the tokens at or above it as its set (2 passes more). Only
+// a row whose cut-offs still fit no set of <= CAND_MAX tokens (top-p alone on a nearly flat
+// distribution, k > CAND_MAX, or ties) bisects over the whole row, ~30 passes per cut-off.
 //
 // The uniform comes from Philox4x32-10 keyed by the request seed, counter = tokens the sequence
 // has drawn so far: reproducible and independent of batch composition.
@@ -84,6 +86,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     __shared__ int first_sh, picked;
     __shared__ uint32_t cut_sh[2];
     __shared__ CandSet cs;
+    __shared__ uint32_t radix_hist[256];
     const int row = blockIdx.y, tid = threadIdx.x;
     const float* l = logits + (size_t)row * vocab;
     pdl_wait();
@@ -156,17 +159,42 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
                 nc = (int)c;
             }
         }
+        // Top-k whose k largest no weight set holds (the k-th lies below 2^-15 of the top, or a
+        // set overflows): the k-th largest key by radix selection (4 passes), then, where they
+        // fit, the candidates at or above it are the set (set CAND_SETS; ties may add to k).
+        bool by_key = false;
+        uint32_t key_floor = 0;
+        if (set < 0 && kk > 0 && kk <= CAND_MAX && SAMPLE_SETS_ON) {
+            auto key_of = [&](float v, uint32_t& key) {
+                if (!isfinite(v)) return false;
+                key = fkey(scaled(v));
+                return true;
+            };
+            const uint32_t tk_row = radix_topk_key(l, vocab, key_of, kk, radix_hist, cut_sh);
+            float at_or_above[1] = {0.f};
+            seg_each<ROW_U>(l, vocab, [&](float v, int, bool ok) {
+                if (ok && isfinite(v) && fkey(scaled(v)) >= tk_row) at_or_above[0] += 1.f;
+            });
+            block_sums(at_or_above, sh);
+            if (at_or_above[0] <= (float)CAND_MAX) {
+                by_key = true;
+                key_floor = tk_row;
+                set = CAND_SETS;
+                nc = (int)at_or_above[0];
+            }
+        }
         SAMPLE_NOTE_SET(row, cut ? set : -2);
         if (set >= 0) {
             // Compaction in index order: warp w starts after the earlier warps' counts, which
-            // block_sums left in sh.
+            // block_sums left in sh (row 0 for the set by key, 2 + set for a weight set).
             const int lane = tid & 31, warp = tid >> 5;
-            const float thr = cand_threshold(set);
+            const float thr = by_key ? 0.f : cand_threshold(set);
+            const int counts = by_key ? 0 : 2 + set;
             int base = 0;
-            for (int w = 0; w < warp; w++) base += (int)sh[(2 + set) * 32 + w];
+            for (int w = 0; w < warp; w++) base += (int)sh[counts * 32 + w];
             seg_each<ROW_U>(l, vocab, [&](float v, int i, bool ok) {
                 const float s = scaled(v);
-                const bool in = ok && isfinite(v) && weight(s) >= thr;
+                const bool in = ok && isfinite(v) && (by_key ? fkey(s) >= key_floor : weight(s) >= thr);
                 const unsigned bal = __ballot_sync(0xffffffffu, in);
                 const int p = base + __popc(bal & ((1u << lane) - 1u));
                 if (in && p < CAND_MAX) {

@@ -5,6 +5,8 @@
 // least a power-of-two threshold (s = logit / temperature). A set that holds the k largest (top-k)
 // or at least top_p of the mass (top-p alone) contains every token the cut-offs keep, so the
 // bisections run over a few thousand entries in shared memory instead of ~60 passes over the row.
+// A top-k row whose k-th largest lies below every threshold gets its cut-off by radix selection
+// (radix_topk_key) and the candidates at or above it as its set.
 #pragma once
 #include "greedy.cuh"
 
@@ -107,6 +109,46 @@ DEVI void seg_each(const float* __restrict__ l, int n, F f) {
         const bool ok = j < e;
         f(ok ? l[j] : 0.f, j, ok);
     }
+}
+
+// Top-k over the whole row by radix selection: the largest key t with at least k candidates at
+// or above it (what topk_key finds by bisection in ~32 passes over the row), in 4 passes of 8
+// bits. Each pass counts, in 256 bins of the next 8 bits, the candidates whose keys share the
+// digits found so far; the lanes of a warp with the same bin add once (match_any), so a pass in
+// which most keys share a bin (they do: a row's scaled logits have few distinct top bytes) does
+// not queue on one shared-memory address. Integer counts: exact and deterministic. key_of(v,
+// key) says whether logit v is a candidate and gives its key; at least k candidates exist.
+// hist: 256 shared counters; sel: 2 shared words.
+template <class K>
+DEVI uint32_t radix_topk_key(const float* __restrict__ l, int n, K key_of, int k, uint32_t* hist,
+                             uint32_t* sel) {
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31;
+    uint32_t prefix = 0, mask = 0;
+    uint32_t rank = (uint32_t)k;  // the wanted key's rank among the candidates under `prefix`
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += nt) hist[b] = 0u;
+        __syncthreads();
+        seg_each<ROW_U>(l, n, [&](float v, int, bool ok) {
+            uint32_t key = 0;
+            const bool in = ok && key_of(v, key) && (key & mask) == prefix;
+            const uint32_t bin = in ? (key >> shift) & 255u : 256u;
+            const unsigned same = __match_any_sync(0xffffffffu, bin);
+            if (in && (same & ((1u << lane) - 1u)) == 0u) atomicAdd(&hist[bin], (unsigned)__popc(same));
+        });
+        __syncthreads();
+        if (tid == 0) {
+            uint32_t above = 0;
+            int b = 255;
+            for (; b > 0 && above + hist[b] < rank; b--) above += hist[b];
+            sel[0] = (uint32_t)b;
+            sel[1] = rank - above;
+        }
+        __syncthreads();
+        prefix |= sel[0] << shift;
+        mask |= 255u << shift;
+        rank = sel[1];
+    }
+    return prefix;
 }
 
 // The bisections below visit candidates through `cands(f)`, which calls f(key, w) for each

@@ -207,7 +207,8 @@ fn draws_follow_the_host_distribution() {
 }
 
 /// A row shaped like a language model's (a low bulk, a few dozen high tokens scattered over the
-/// row, so every warp's segment compacts some), whose cut-offs run over a candidate set; and a
+/// row, so every warp's segment compacts some), whose cut-offs run over a candidate set (a weight
+/// set, or with top-k past the high tokens the set by key after the radix selection); and a
 /// nearly flat row whose 4,096 candidates overflow every set, so the cut-offs bisect the whole row.
 #[test]
 fn draws_over_a_candidate_set_and_over_the_whole_row() {
@@ -218,6 +219,10 @@ fn draws_over_a_candidate_set_and_over_the_whole_row() {
     }
     check_draws(&dev, &peaked, [0.8, 40.0, 0.9, 0.0], 4_000);
     check_draws(&dev, &peaked, [1.0, 0.0, 0.95, 0.02], 4_000);
+    // Top-k past the 40 peaks: no weight set holds 60 tokens (the bulk lies ~15 below the top),
+    // so the 60th largest comes from the radix selection and the tokens at or above it are the set.
+    check_draws(&dev, &peaked, [1.0, 60.0, 1.0, 0.0], 4_000);
+    check_draws(&dev, &peaked, [0.8, 60.0, 0.99, 0.0], 4_000);
     let flat: Vec<f32> = logit_row(4096, 8).iter().map(|v| v / 8.0).collect();
     check_draws(&dev, &flat, [1.0, 0.0, 0.5, 0.0], 40_000);
     check_draws(&dev, &flat, [1.0, 3_500.0, 1.0, 0.0], 40_000);

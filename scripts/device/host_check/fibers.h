@@ -49,6 +49,16 @@ inline unsigned __ballot_sync(unsigned, bool pred) {
     bar_wait(g_warp[w]);
     return r;
 }
+// The lanes of the calling warp whose value equals this lane's: bit j set for lane j.
+inline unsigned __match_any_sync(unsigned, unsigned v) {
+    int t = threadIdx.x, w = t / 32;
+    g_shfl[t] = v;
+    bar_wait(g_warp[w]);
+    unsigned r = 0;
+    for (int j = 0; j < 32; j++) r |= (g_shfl[(t & ~31) | j] == v ? 1u : 0u) << j;
+    bar_wait(g_warp[w]);
+    return r;
+}
 std::function<void()>* g_body;
 inline void fiber_main() { g_body->operator()(); g_fib[g_cur].done = true; swapcontext(&g_fib[g_cur].ctx, &g_sched); }
 

@@ -267,6 +267,21 @@ int main() {
     const auto wide = peaked_row(248320, -9.f, 1.5f, 2500, 7.f, 12.f);
     check_sets("sets: wide top-k 2000", wide, {1.f, 2000.f, 1.f, 0.f}, 8, true);
     check_sets("whole row: top-k 5000", wide, {1.f, 5000.f, 1.f, 0.f}, 8, false);
+    // Top-k past every weight set (bench_sampler's peaked row: 40 spikes, the bulk ~16 below):
+    // the k-th largest by radix selection, the tokens at or above it as the set (set 4).
+    std::vector<float> spikes(128256);
+    for (size_t i = 0; i < spikes.size(); i++) spikes[i] = 0.4f * (((i * 2654435761u) % 1000) / 125.0f - 4.0f) - 6.0f;
+    for (int j = 0; j < 40; j++) spikes[(j * 7919 + 13) % spikes.size()] = 12.0f - 0.15f * j;
+    check_sets("key set: top-k 50", spikes, {1.f, 50.f, 1.f, 0.f}, 8, true);
+    check_sets("key set: top-k 50 + top-p 0.95", spikes, {0.8f, 50.f, 0.95f, 0.f}, 8, true);
+    check_sets("key set: top-k 2000", spikes, {1.f, 2000.f, 1.f, 0.f}, 4, true);
+    // Many tokens tied at the k-th value: 1000 distinct values over 50000 tokens (~50 each), then
+    // 100 (~500 each, so the ties at the 3072nd overflow the set: the whole row).
+    std::vector<float> tied(50000), tied100(50000);
+    for (auto& v : tied) v = (float)(xs32() % 1000) / 250.0f;
+    for (auto& v : tied100) v = (float)(xs32() % 100) / 25.0f;
+    check_sets("key set: top-k 100, ties", tied, {1.f, 100.f, 1.f, 0.f}, 8, true);
+    check_sets("whole row: top-k 3072, ties", tied100, {1.f, 3072.f, 1.f, 0.f}, 4, false);
     check_sets("whole row: flat top-p 0.5", peaked_row(50000, 0.f, 0.5f, 0, 0.f), {1.f, 0.f, 0.5f, 0.f}, 8, false);
     printf("%s\n", fails ? "FAILURES" : "all ok");
     return fails != 0;

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "aa0dba7898fab26bb14a9ecf456183503e1f0c165bde9ad4ec639c11796c8d29";
+    "3bb91919da3c55395e947ae904851ebc1ed614688f2cb65bc6c88be1c811b7a9";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
