@@ -12,14 +12,13 @@ ROOT="$(cd "$HERE/../../.." && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cp "$HERE"/gemv_emu.cpp "$HERE"/fibers.h "$WORK"/
-python3 - "$ROOT" "$WORK" <<'PY'
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE" python3 - "$ROOT" "$WORK" <<'PY'
 import re, sys
 root, work = sys.argv[1], sys.argv[2]
-def after(path, marker):
-    s = open(f"{root}/kernels/{path}").read()
-    return s[s.index(marker) + len(marker):]
-def between(s, a, b):
-    return s[s.index(a):s.index(b)]
+from functools import partial
+import kernel_src
+from kernel_src import between
+after = partial(kernel_src.after, root)
 row = after("fp8_row.cuh", '#include "common.cuh"\n')
 # cvt.rn.f16x2.e4m3x2 (the sm_89+ decode) emulated on the host: gemv_emu.cpp's emu_cvt_e4m3x2;
 # built once with __CUDA_ARCH__ 900 (that path) and once without (the integer decode).

@@ -9,12 +9,12 @@ ROOT="$(cd "$HERE/../../.." && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cp "$HERE"/sample_emu.cpp "$HERE"/fibers.h "$WORK"/
-python3 - "$ROOT" "$WORK" <<'PY'
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$HERE" python3 - "$ROOT" "$WORK" <<'PY'
 import sys
 root, work = sys.argv[1], sys.argv[2]
-def after(path, marker):
-    s = open(f"{root}/kernels/{path}").read()
-    return s[s.index(marker) + len(marker):]
+from functools import partial
+import kernel_src
+after = partial(kernel_src.after, root)
 greedy = after("greedy.cuh", '#include "common.cuh"\n')
 cut = after("sample_cut.cuh", '#include "greedy.cuh"\n')
 sample = after("sample.cu", '#include "sample_cut.cuh"\n')
