@@ -4,7 +4,7 @@
 # (attn_prefill_emu.sh), the device sampler (sample_emu.sh) and the one-row GEMVs (gemv_emu.sh;
 # its quick set, or `full` for the 27B shapes too). Each extracts the committed kernel sources,
 # so a kernel change that breaks them fails here; part of the project's test command
-# (scripts/test).
+# (scripts/test). faults.sh shows that they can fail (injected faults; not run by this script).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 bash "$HERE/run.sh"
