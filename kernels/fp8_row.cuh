@@ -52,32 +52,12 @@ __device__ __forceinline__ void h2x2_f32(uint32_t h, float* f) {
     f[1] = __half2float(__ushort_as_half((unsigned short)(h >> 16)));
 }
 
-// Four codes of `v` (byte k = code k) -> two f16 pairs, exactly: h01 = (code 0, code 1), h23 =
-// (code 2, code 3), element 0 low. E5M2 everywhere; E4M3 only where FP8_CVT_E4M3 (sm_89+).
+// E4M3 through the f16 conversion only where FP8_CVT_E4M3 (sm_89+).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define FP8_CVT_E4M3 1
 #else
 #define FP8_CVT_E4M3 0
 #endif
-template <int E5M2>
-__device__ __forceinline__ void fp8x4_f16x2(uint32_t v, uint32_t& h01, uint32_t& h23) {
-    if (E5M2) {
-        // byte_perm picks [0, b0, 0, b1] and [0, b2, 0, b3] (low byte first): f16 pairs.
-        h01 = __byte_perm(v, 0u, 0x1404);
-        h23 = __byte_perm(v, 0u, 0x3424);
-        return;
-    }
-#if FP8_CVT_E4M3
-    asm("{.reg .b16 lo, hi;\n\t"
-        "mov.b32 {lo, hi}, %2;\n\t"
-        "cvt.rn.f16x2.e4m3x2 %0, lo;\n\t"
-        "cvt.rn.f16x2.e4m3x2 %1, hi;}"
-        : "=r"(h01), "=r"(h23)
-        : "r"(v));
-#else
-    h01 = h23 = 0u;  // callers take decode4_raw here (decode4) or are never launched
-#endif
-}
 
 // Four codes of `v` (byte k = code k) -> their exact values f[0..4). DEC 1: through f16 (see the
 // top of the file); DEC 0: the bit trick.
@@ -88,13 +68,21 @@ __device__ __forceinline__ void decode4(uint32_t v, float* f) {
         h2x2_f32(__byte_perm(v, 0u, 0x3424), f + 2);
         return;
     }
-    if (DEC == 1 && FP8_CVT_E4M3) {
+#if FP8_CVT_E4M3
+    if (DEC == 1) {
+        // Two codes per conversion to an f16 pair (element 0 low).
         uint32_t h01, h23;
-        fp8x4_f16x2<E5M2>(v, h01, h23);
+        asm("{.reg .b16 lo, hi;\n\t"
+            "mov.b32 {lo, hi}, %2;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %0, lo;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %1, hi;}"
+            : "=r"(h01), "=r"(h23)
+            : "r"(v));
         h2x2_f32(h01, f);
         h2x2_f32(h23, f + 2);
         return;
     }
+#endif
     const float bias = E5M2 ? 0x1p112f : 0x1p120f;
     decode4_raw<E5M2>(v, f);
 #pragma unroll

@@ -8,7 +8,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 # name | kernel file | text | replacement | emulation (with arguments)
 FAULTS=(
-  "radix passes ignore the digits found|sample_cut.cuh|const bool in = ok && key_of(v, key) && (key & mask) == prefix;|const bool in = ok \&\& key_of(v, key);|sample_emu.sh"
+  "radix passes ignore the digits found|sample_cut.cuh|const bool in = ok && key_of(v, key) && (key & mask) == prefix;|const bool in = ok && key_of(v, key);|sample_emu.sh"
   "a weight set taken without k candidates|sample.cu|const bool holds = kk > 0 ? c >= (float)kk :|const bool holds = kk > 0 ? true :|sample_emu.sh"
   "one-row GEMV skips a slot's last refill|fp8_row.cuh|if (cn < nch) row1_load_chunk|if (cn + 32 < nch) row1_load_chunk|gemv_emu.sh small"
 )
@@ -21,7 +21,7 @@ for f in "${FAULTS[@]}"; do
   cp -r "$HERE" "$work/scripts/device/"
   python3 - "$work/kernels/$file" "$text" "$repl" <<'PY' || { echo "$name: text not found in $file"; bad=1; rm -rf "$work"; continue; }
 import sys
-p, old, new = sys.argv[1], sys.argv[2], sys.argv[3].replace("\\&", "&")
+p, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
 s = open(p).read()
 if s.count(old) != 1:
     sys.exit(1)

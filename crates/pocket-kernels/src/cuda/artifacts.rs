@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3bb91919da3c55395e947ae904851ebc1ed614688f2cb65bc6c88be1c811b7a9";
+    "51f133e670b28b1dd6543b0dd446cc9ad4bc1e4c7d64f599722c732c86924d08";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
