@@ -65,6 +65,14 @@
 // rows of 640 in one pass; 8 spilled on sm_90 with the staging registers).
 #define FD_BA_U 4
 
+// Non-zero (the default; the host sets it from POCKET_DELTANET_EARLY_STATE): the cluster forms
+// read the slot metadata, the state columns and the conv history before pdl_wait. Safe because
+// before the wait only the previous kernel of the stream may still run (every kernel of the
+// engine triggers its dependents after its own pdl_wait, so all earlier ones have finished), and
+// at decode that is a projection GEMV: the state and conv state are written by this kernel in
+// earlier steps, the metadata by host uploads.
+__constant__ int fd_early_state;
+
 // One thread of the block arrives at the group's counter: returns the count before it. Release at
 // gpu scope (the block's earlier reads of the old window, ordered by __syncthreads, come before);
 // the last block's acquire is a fence.acq_rel after it (fd_acquire, at the block's end): an

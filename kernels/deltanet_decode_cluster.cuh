@@ -208,12 +208,59 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
     // before the first push (long complete by then).
     fdc_arrive_relaxed<CS>();
 
+    // The slot's metadata, state columns and conv history (fd_early_state): none is written by
+    // the kernel this one may overlap (see fd_early_state), so with it on they are requested
+    // before the wait, all RPT state float4s in flight, and only the projections' outputs
+    // (qkv, z, b, a, x) are read after it.
+    const bool early = fd_early_state != 0;
+    uint32_t r0 = 0, r1 = 0;
+    bool has = false;
+    float *cst = nullptr, *st = nullptr;
+    float4 S[RPT];
+    auto meta_and_state = [&]() {
+        r0 = query_start[s];
+        r1 = query_start[s + 1];
+        has = has_state[s] != 0;
+        cst = conv_state + (size_t)state_slots[s] * win * C;
+        st = state + ((size_t)state_slots[s] * hv + h) * dk * dv + col0;
+#pragma unroll
+        for (int m = 0; m < RPT; m++) {
+            int i = rg + RG * m;
+            S[m] = (r1 != r0 && has && active && i < dk) ? *(const float4*)&st[(size_t)i * dv + 4 * cg]
+                                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    // Conv + SiLU and the window update (q/k staged: the group's last block writes it), in
+    // passes of FDC_CONV_U channels per thread whose loads are all issued first (at the 27B shape
+    // 384, 320 or 288 channels over 512, 512 or 256 threads: one pass); the first pass's history
+    // is read with the state, its inputs before the in_ba dot, so their round trip overlaps that
+    // of x.
+    float hist[FDC_CONV_U][FDC_MAX_K - 1], xv[FDC_CONV_U];
+    auto hist_load = [&](int cb) {
+#pragma unroll
+        for (int u = 0; u < FDC_CONV_U; u++) {
+            int c = cb + tid + nt * u;
+            int ch = c < CH ? chan(c) : 0;
+#pragma unroll
+            for (int j = 0; j < FDC_MAX_K - 1; j++)
+                hist[u][j] = (has && c < CH && j < win) ? cst[(size_t)j * C + ch] : 0.f;
+        }
+    };
+    auto xv_load = [&](int cb) {
+#pragma unroll
+        for (int u = 0; u < FDC_CONV_U; u++) {
+            int c = cb + tid + nt * u;
+            xv[u] = c < CH ? qkv[(size_t)r0 * qkv_stride + chan(c)] : 0.f;
+        }
+    };
+    if (early) {
+        meta_and_state();
+        if (r1 != r0) hist_load(0);
+    }
+
     pdl_wait();
     pdl_trigger();
-    uint32_t r0 = query_start[s], r1 = query_start[s + 1];
-    bool has = has_state[s] != 0;
-    float* cst = conv_state + (size_t)state_slots[s] * win * C;
-    float* st = state + ((size_t)state_slots[s] * hv + h) * dk * dv + col0;
+    if (!early) meta_and_state();
     if (r1 == r0) {
         // No row: the slot written back as read (zeros when fresh); the q/k window by rank 0
         // of the group's first head, the v window and state columns by their block.
@@ -225,14 +272,6 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
         return;
     }
 
-    // The state columns first (the longest latency), all RPT float4s in flight.
-    float4 S[RPT];
-#pragma unroll
-    for (int m = 0; m < RPT; m++) {
-        int i = rg + RG * m;
-        S[m] = (has && active && i < dk) ? *(const float4*)&st[(size_t)i * dv + 4 * cg]
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
     // This column thread's gate inputs (projected) and output gate, used after the state pass.
     float zv = 0.f, bv = 0.f, av = 0.f;
     if (tid < dvb) {
@@ -242,23 +281,8 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
             av = asrc[(size_t)r0 * a_stride + h];
         }
     }
-    // Conv + SiLU and the window update (q/k staged: the group's last block writes it), in
-    // passes of FDC_CONV_U channels per thread whose loads are all issued first (at the 27B shape
-    // 384, 320 or 288 channels over 512, 512 or 256 threads: one pass); the first pass's loads
-    // go out before the in_ba dot, so their round trip overlaps that of x.
-    float hist[FDC_CONV_U][FDC_MAX_K - 1], xv[FDC_CONV_U];
-    auto conv_load = [&](int cb) {
-#pragma unroll
-        for (int u = 0; u < FDC_CONV_U; u++) {
-            int c = cb + tid + nt * u;
-            int ch = c < CH ? chan(c) : 0;
-#pragma unroll
-            for (int j = 0; j < FDC_MAX_K - 1; j++)
-                hist[u][j] = (has && c < CH && j < win) ? cst[(size_t)j * C + ch] : 0.f;
-            xv[u] = c < CH ? qkv[(size_t)r0 * qkv_stride + ch] : 0.f;
-        }
-    };
-    conv_load(0);
+    if (!early) hist_load(0);
+    xv_load(0);
     if (wfmt) {
         const float* xr = x + (size_t)r0 * x_stride;
         float acc[2] = {0.f, 0.f};
@@ -278,7 +302,10 @@ DEVI void fdc_run(DND_PARAMS, uint32_t* __restrict__ cnt) {
     // delayed warp 0 and made the race show (cuda_deltanet_decode, clusters of 4).
     __syncthreads();
     for (int cb = 0; cb < CH; cb += nt * FDC_CONV_U) {
-        if (cb > 0) conv_load(cb);
+        if (cb > 0) {
+            hist_load(cb);
+            xv_load(cb);
+        }
 #pragma unroll
         for (int u = 0; u < FDC_CONV_U; u++) {
             int c = cb + tid + nt * u;
@@ -458,6 +485,13 @@ extern "C" __global__ void __launch_bounds__(512) deltanet_decode_c1(DND_PARAMS,
 // Two column halves per value head (4 rows per thread: 512 threads at 128 x 128; with 8 rows and
 // 256 threads the conv loads hoisted above the in_ba dot spilled).
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(DND_PARAMS, uint32_t* __restrict__ cnt) {
+    fdc_run<2, 4>(DND_ARGS, cnt);
+}
+// deltanet_decode_c2 capped at 72 registers (no spill; 118 -> 106 -> 72): 36.9K of the SM's 64K
+// registers instead of 54K, so one block of the 165-register FP8 GEMV that follows (the out
+// projection, which launches as this kernel passes its wait) fits beside it on each of the 96
+// SMs and requests its first weights while the state is walked (POCKET_DELTANET_SLIM A/B).
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __maxnreg__(72) deltanet_decode_c2s(DND_PARAMS, uint32_t* __restrict__ cnt) {
     fdc_run<2, 4>(DND_ARGS, cnt);
 }
 // Four column quarters per value head (4 rows per thread: 256 threads at 128 x 128).

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "51f133e670b28b1dd6543b0dd446cc9ad4bc1e4c7d64f599722c732c86924d08";
+    "4b2e2c8f248a50601792a70051e9847bb6f36b2cd62962e33388cf7e8b8fc4f1";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -238,6 +238,8 @@ impl CudaBackend {
         kernels.set_constant_i32(&stream, "pdl_sms", |_| sm_count as i32)?;
         let lanes = matmul_fp8::TILE_LANES.on() as i32;
         kernels.set_constant_i32(&stream, "fp8_lanes", |_| lanes)?;
+        let early_state = recurrent::EARLY_STATE.on() as i32;
+        kernels.set_constant_i32(&stream, "fd_early_state", |_| early_state)?;
         let be = CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,

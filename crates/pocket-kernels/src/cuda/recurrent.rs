@@ -13,6 +13,7 @@ use crate::{DType, KernelError, Result, Tensor};
 
 mod chunked;
 mod decode;
+pub(super) use decode::EARLY_STATE;
 use chunked::{delta_rule_chunked, prefill_form, PrefillForm};
 pub(crate) use decode::{fused_ba_supported, fused_supported, gated_deltanet_decode};
 
