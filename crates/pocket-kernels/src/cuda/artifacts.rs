@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "4b2e2c8f248a50601792a70051e9847bb6f36b2cd62962e33388cf7e8b8fc4f1";
+    "77b0e82be583c9388eb59f65eb9ac56815423f483bfe6eedec7fcc47670f9de5";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
