@@ -487,13 +487,6 @@ extern "C" __global__ void __launch_bounds__(512) deltanet_decode_c1(DND_PARAMS,
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512) deltanet_decode_c2(DND_PARAMS, uint32_t* __restrict__ cnt) {
     fdc_run<2, 4>(DND_ARGS, cnt);
 }
-// deltanet_decode_c2 capped at 72 registers (no spill; 118 -> 106 -> 72): 36.9K of the SM's 64K
-// registers instead of 54K, so one block of the 165-register FP8 GEMV that follows (the out
-// projection, which launches as this kernel passes its wait) fits beside it on each of the 96
-// SMs and requests its first weights while the state is walked (POCKET_DELTANET_SLIM A/B).
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __maxnreg__(72) deltanet_decode_c2s(DND_PARAMS, uint32_t* __restrict__ cnt) {
-    fdc_run<2, 4>(DND_ARGS, cnt);
-}
 // Four column quarters per value head (4 rows per thread: 256 threads at 128 x 128).
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512) deltanet_decode_c4(DND_PARAMS, uint32_t* __restrict__ cnt) {
     fdc_run<4, 4>(DND_ARGS, cnt);

@@ -182,20 +182,20 @@ __device__ __forceinline__ void row1_load_chunk(const uint4* const (&wr)[NR],
     }
 }
 
-// The main loop of every one-row kernel: thread `gt` of the T splitting the columns (a warp's
-// lanes, or a whole block's threads in gemv_fp8_blk) accumulates the dot of x with NR weight rows
-// `wr` into acc[NR] (partial sums over its chunks, not yet reduced over the T threads). The rows
-// form NS equal sets, set k all in one 128-row tile whose tile-scale row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
+// The main loop of every one-row kernel: lane `gt` of a warp accumulates the dot of x with NR
+// weight rows `wr` into acc[NR] (partial sums over its chunks, not yet reduced over the warp). The rows form NS equal sets, set k all in one 128-row tile whose tile-scale
+// row is srow[k] (NS = 1: gemv_fp8_row1; NS = 2: the gate rows and the up rows of
 // gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
 // after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh). CX: see
 // load_x16.
 template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, bool CX = false,
-          int T = 32, class AfterWait>
+          class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
                                                 const float* __restrict__ x, int nch, int gt,
                                                 float (&acc)[NR], AfterWait after_wait) {
     static_assert(NR % NS == 0, "equal scale sets");
+    constexpr int T = 32;        // lanes splitting the columns
     constexpr int STEP = T * U;  // chunks per row per step
     constexpr int PER = NR / NS;
     const int nlane = fp8_lane_chunks(nch);

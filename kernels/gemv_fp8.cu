@@ -286,51 +286,6 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     for (int k = 0; k < 4; k++) store4(out + (size_t)rl * cols + 4 * x4_index(c, k, nlane), f + 4 * k);
 }
 
-// The block-split one-row GEMV: the block's 128 threads split the columns of its R rows (not a
-// warp's 32 lanes those of R rows per warp), U steps of loads in flight, then one sum over the
-// block per row (warp sums, then the warps in order), and the fold's halves as gemv_fp8_row1.
-// Why: a weight with few rows (5120 at the 27B shape) gives the warp kernels one wave of
-// long-lived warps, 9.7 per SM, at 59-78% of the copy bandwidth, where the tall matrices, many
-// short-lived blocks per SM, reach 92-95%; this form makes a 5120-row matrix 5120 / R short blocks.
-template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
-__device__ __forceinline__ void gemv_fp8_blk(const uint8_t* __restrict__ w,
-                                             const float* __restrict__ sc, float tscale,
-                                             const float* __restrict__ x,
-                                             float* __restrict__ out, int rows, int cols,
-                                             const RmsFold& f) {
-    static_assert(128 % R == 0 && R <= 32, "row group shape");
-    __shared__ float part[FP8R_THREADS / 32][R];
-    __shared__ float fold_sh[1];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int row0 = blockIdx.x * R;
-    if (row0 >= rows) return;  // the whole block
-    const uint4* wr[R];
-    const float* srow[1];
-    row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
-    float acc[R];
-    float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, false, FP8R_THREADS>(
-        wr, srow, x, cols >> 4, tid, acc, [&] {
-            if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
-        });
-    pdl_trigger_late<MINB>();
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = warp_sum(acc[r]);
-    if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; r++) part[warp][r] = acc[r];
-    }
-    __syncthreads();
-    float v = 0.f;
-    if (tid < R) {
-#pragma unroll
-        for (int k = 0; k < FP8R_THREADS / 32; k++) v += part[k][tid];
-        if (!TILED) v *= tscale;
-    }
-    rms_fold_gemv_end(v, tid < R && row0 + tid < rows, row0 + tid, ss_in, x, cols, out, f,
-                      fold_sh);
-}
-
 // One-row variants of one format: name suffix, DEC, R, U (see gemv_fp8_row1), and the blocks
 // per SM the registers are capped for (ptxas: n1 94 -> 80 registers without spills, 5 -> 6
 // blocks; n1w8 keeps what it uses). The deep forms (n1d: 4 rows x 4 steps, n1w8d: 8 rows x 2
@@ -346,16 +301,7 @@ __device__ __forceinline__ void gemv_fp8_blk(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
-// Block-split variants (gemv_fp8_blk): rows per block R, steps U, blocks per SM MINB.
-#define FP8_BLK(name, sfx, e5m2, tiled, dec, R, U, MINB)                                      \
-    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
-        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_blk<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);      \
-    }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
-    FP8_BLK(name, b4##tag, e5m2, tiled, dec, 4, 3, 5)                                           \
-    FP8_BLK(name, b8##tag, e5m2, tiled, dec, 8, 2, 4)                                           \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \

@@ -27,27 +27,22 @@ struct RmsFold {
     float eps;              // consumer: the norm's epsilon
 };
 
-// Longest parts_in a consumer takes (the host checks), read in passes of RMS_FOLD_PASS parts
-// (16 loads per lane, issued together): one pass up to 512 producer blocks (the warp kernels'
-// grids), more for the block-split GEMV's 4 rows per block.
-#define RMS_FOLD_MAX_PARTS 4096
-#define RMS_FOLD_PASS 512
+// Longest parts_in a consumer takes (the host checks): 16 loads per lane, issued together.
+#define RMS_FOLD_MAX_PARTS 512
 
 // Σ parts[0..n) in the calling warp, every lane the same value: lane l adds parts l, l + 32, ...
 // in order, then the xor butterfly (commutative pairs, so every lane and every block agrees).
 DEVI float rms_fold_sum(const float* parts, int n) {
     const int lane = threadIdx.x & 31;
-    float s = 0.f;
-    for (int base = 0; base < n; base += RMS_FOLD_PASS) {
-        float v[RMS_FOLD_PASS / 32];
+    float v[RMS_FOLD_MAX_PARTS / 32];
 #pragma unroll
-        for (int k = 0; k < RMS_FOLD_PASS / 32; k++) {
-            const int i = base + lane + 32 * k;
-            v[k] = i < n ? parts[i] : 0.f;
-        }
-#pragma unroll
-        for (int k = 0; k < RMS_FOLD_PASS / 32; k++) s += v[k];
+    for (int k = 0; k < RMS_FOLD_MAX_PARTS / 32; k++) {
+        const int i = lane + 32 * k;
+        v[k] = i < n ? parts[i] : 0.f;
     }
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < RMS_FOLD_MAX_PARTS / 32; k++) s += v[k];
     return warp_sum(s);
 }
 

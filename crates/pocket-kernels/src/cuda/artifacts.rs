@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "77b0e82be583c9388eb59f65eb9ac56815423f483bfe6eedec7fcc47670f9de5";
+    "540d0e369e327bbfecb5428af49b9a6697f08afb04360d534e76f64554ed64d2";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

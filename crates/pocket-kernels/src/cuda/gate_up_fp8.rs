@@ -78,11 +78,7 @@ impl Fp8GateUp {
     pub fn for_plain(plain: Fp8Row1, inter: usize) -> Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
-            Fp8Row1::Warp4
-            | Fp8Row1::Warp4Deep
-            | Fp8Row1::Warp4Deep6
-            | Fp8Row1::Block4
-            | Fp8Row1::Block8 => Fp8GateUp::Warp2,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {

@@ -38,23 +38,16 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
-    /// The block's 128 threads split the columns of its 4 rows, 3 steps in flight (`_b4`): many
-    /// short blocks for weights with few rows.
-    Block4,
-    /// The same over 8 rows per block, 2 steps in flight (`_b8`).
-    Block8,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 7] = [
+    pub const ALL: [Fp8Row1; 5] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
-        Fp8Row1::Block4,
-        Fp8Row1::Block8,
     ];
 
     /// Weight rows one 128-thread block covers.
@@ -62,8 +55,6 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
-            Fp8Row1::Block4 => 4,
-            Fp8Row1::Block8 => 8,
         }
     }
 
@@ -74,9 +65,8 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 => 6,
             Fp8Row1::Warp8 => 7,
-            Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep | Fp8Row1::Block8 => 4,
+            Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
             Fp8Row1::Warp4Deep6 => 3,
-            Fp8Row1::Block4 => 5,
         }
     }
 
@@ -88,8 +78,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
-            Fp8Row1::Block4 => "blk4",
-            Fp8Row1::Block8 => "blk8",
         }
     }
 
@@ -123,24 +111,12 @@ impl Fp8Row1 {
             && DEEP6.on()
             && blocks <= Fp8Row1::Warp4Deep6.blocks_per_sm() * sms
         {
-            BLOCK_SPLIT.get().unwrap_or(Fp8Row1::Warp4Deep6)
+            Fp8Row1::Warp4Deep6
         } else {
             deep
         }
     }
 }
-
-/// `POCKET_FP8_BLK=4|8`: [`Fp8Row1::for_shape`] takes the block-split form (`blk4` / `blk8`)
-/// where it would take `warp4d6` (A/B at the 5120-row shapes).
-static BLOCK_SPLIT: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
-    "POCKET_FP8_BLK",
-    &[None, Some(Fp8Row1::Block4), Some(Fp8Row1::Block8)],
-    |v| match v {
-        Some("4") => Some(Fp8Row1::Block4),
-        Some("8") => Some(Fp8Row1::Block8),
-        _ => None,
-    },
-);
 
 /// `POCKET_FP8_DEEP6=0`: [`Fp8Row1::for_shape`] stops at the 4-step deep form (A/B).
 static DEEP6: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP6");
@@ -154,7 +130,7 @@ const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d|warp4d6|blk4|blk8 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
 /// [`CudaBackend::set_fp8_gemv`].
 static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
@@ -166,8 +142,6 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
         Some(Fp8Row1::Warp4Deep),
         Some(Fp8Row1::Warp8Deep),
         Some(Fp8Row1::Warp4Deep6),
-        Some(Fp8Row1::Block4),
-        Some(Fp8Row1::Block8),
     ],
     |v| match v.and_then(Fp8Row1::parse) {
         Some(f) => Some(f),
@@ -408,7 +382,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 6 * Fp8Row1::ALL.len());
+        assert_eq!(seen.len(), 30);
     }
 
     #[test]

@@ -321,14 +321,8 @@ pub enum Kernel {
     /// The fused Gated DeltaNet decode step (`kernels/deltanet_decode.cu`).
     DeltanetDecode,
     /// Its cluster variant: a value head's columns over a cluster of `2` or `4` blocks (sm_90
-    /// only), or its one-block form `1` (`kernels/deltanet_decode_cluster.cuh`); `slim`: the
-    /// 2-block form capped at 72 registers (`deltanet_decode_c2s`).
-    DeltanetDecodeCluster {
-        /// Blocks per value head.
-        size: u8,
-        /// The register-capped 2-block form.
-        slim: bool,
-    },
+    /// only), or its one-block form `1` (`kernels/deltanet_decode_cluster.cuh`).
+    DeltanetDecodeCluster(u8),
     /// Row halves of `[rows, 2d]`.
     SplitHalves,
     /// Column split of a fused `[q | k | v]` row into up to three outputs (`kernels/split.cu`).
@@ -461,12 +455,11 @@ impl Kernel {
             Kernel::DeltaChunkScan => (M::Deltanet, "delta_chunk_scan"),
             Kernel::GatedRmsNorm => (M::Deltanet, "gated_rms_norm"),
             Kernel::DeltanetDecode => (M::DeltanetDecode, "deltanet_decode"),
-            Kernel::DeltanetDecodeCluster { size, slim } => (
+            Kernel::DeltanetDecodeCluster(cs) => (
                 M::DeltanetDecode,
-                match (size, slim) {
-                    (1, _) => "deltanet_decode_c1",
-                    (4, _) => "deltanet_decode_c4",
-                    (_, true) => "deltanet_decode_c2s",
+                match cs {
+                    1 => "deltanet_decode_c1",
+                    4 => "deltanet_decode_c4",
                     _ => "deltanet_decode_c2",
                 },
             ),

@@ -13,8 +13,8 @@ use crate::{DType, KernelError, Result, Tensor};
 
 mod chunked;
 mod decode;
-pub(super) use decode::EARLY_STATE;
 use chunked::{delta_rule_chunked, prefill_form, PrefillForm};
+pub(super) use decode::EARLY_STATE;
 pub(crate) use decode::{fused_ba_supported, fused_supported, gated_deltanet_decode};
 
 /// Threads per block of the elementwise kernels.

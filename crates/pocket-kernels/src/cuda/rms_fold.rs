@@ -31,7 +31,7 @@ fn overlaps(a: u64, a_bytes: usize, b: u64, b_bytes: usize) -> bool {
 /// Longest normalized row the fold scratch holds (f32 elements of x * g).
 const MAX_DIM: usize = 64 * 1024;
 /// Most per-block partial sums a consumer reads (RMS_FOLD_MAX_PARTS in rms_fold.cuh).
-const MAX_PARTS: usize = 4096;
+const MAX_PARTS: usize = 512;
 
 /// The kernels' `RmsFold` argument (kernels/rms_fold.cuh), field for field.
 #[repr(C)]

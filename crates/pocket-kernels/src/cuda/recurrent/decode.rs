@@ -38,9 +38,6 @@ static BA_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_BA_FUSED
 /// metadata after `pdl_wait` instead of before it (kernels/deltanet_decode.cu `fd_early_state`;
 /// A/B of the earlier loads).
 pub(crate) static EARLY_STATE: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_DELTANET_EARLY_STATE");
-/// `POCKET_DELTANET_SLIM=1`: clusters of 2 run `deltanet_decode_c2s`, capped at 72 registers so
-/// a block of the next FP8 GEMV fits beside each block (A/B).
-static SLIM: EnvSwitch = EnvSwitch::off_unless_one("POCKET_DELTANET_SLIM");
 /// The forced layout: `POCKET_DELTANET_SPLIT=0` a block per key head (all its value heads in
 /// turn), `=1` the value-head layout (cluster or not) at every batch size, else (`None`) by batch
 /// size; or [`CudaBackend::set_deltanet_split`].
@@ -508,11 +505,7 @@ pub(crate) fn gated_deltanet_decode(
         let blocks = p.v_heads * cs;
         let bx =
             u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
-        let kernel = Kernel::DeltanetDecodeCluster {
-            size: cs as u8,
-            slim: cs == 2 && SLIM.on(),
-        };
-        return launch!(kernel, bx, cnt);
+        return launch!(Kernel::DeltanetDecodeCluster(cs as u8), bx, cnt);
     }
     let blocks = p.v_heads / hb;
     let bx = u32::try_from(blocks).map_err(|_| shape_err(OP, format!("{blocks} head blocks")))?;
