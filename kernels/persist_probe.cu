@@ -13,6 +13,12 @@
 //    read (row1_accumulate's after_wait).
 //  * persist_fp8_chain_late: the same with the barrier before the phase's first weight loads,
 //    to tell the barrier's saving from the preload's.
+//  * probe_read_rows(w, rows, cols, sink): the one-row GEMV's weight reads alone (a warp per 4
+//    rows, 6 steps of 16-byte loads in flight, as n1d6) with no decode, activation or FMA: an
+//    xor of the words. probe_read_stream(w, n16, sink): the same bytes read grid-stride, 8
+//    loads in flight per thread. Together with the GEMV on the same weight they tell the
+//    memory system's time for one such read from the kernel's own (tests/cuda_bench_persist.rs,
+//    session 12). sink[0] is written only if the xor hits a value random data never gives.
 //
 // Launch (cuda/persist_probe.rs): block 128, every block resident at once (at most
 // PERSIST_MINB per SM), max(r1, c1) / 4 warps at most; bar: two zeroed words per launch.
@@ -94,4 +100,60 @@ PERSIST_CHAIN(persist_fp8_chain_late, false)
 extern "C" __global__ void __launch_bounds__(FP8R_THREADS) persist_barriers(unsigned* bar,
                                                                             int rounds) {
     for (int i = 0; i < rounds; i++) grid_barrier(bar);
+}
+
+// See the top of the file. Grid: rows / 16 blocks of 128 threads (n1d6's).
+extern "C" __global__ void __launch_bounds__(FP8R_THREADS, 3)
+    probe_read_rows(const uint8_t* w, int rows, int cols, unsigned* sink) {
+    constexpr int R = 4, U = 6, STEP = 32 * U;
+    const int lane = threadIdx.x & 31;
+    const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * R;
+    if (row0 >= rows) return;
+    const uint4* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
+    const int nch = cols >> 4;
+    uint4 q[U][R];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = lane + 32 * u;
+#pragma unroll
+        for (int r = 0; r < R; r++) q[u][r] = c < nch ? ld_stream16(wr[r] + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    unsigned acc = 0u;
+    for (int c0 = lane; c0 < nch; c0 += STEP) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+            if (c >= nch) break;
+#pragma unroll
+            for (int r = 0; r < R; r++) acc ^= q[u][r].x ^ q[u][r].y ^ q[u][r].z ^ q[u][r].w;
+            const int cn = c + STEP;
+            if (cn < nch) {
+#pragma unroll
+                for (int r = 0; r < R; r++) q[u][r] = ld_stream16(wr[r] + cn);
+            }
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+// See the top of the file. Grid-stride over n16 16-byte words, 8 loads in flight per thread.
+extern "C" __global__ void __launch_bounds__(256) probe_read_stream(const uint4* w, long long n16,
+                                                                    unsigned* sink) {
+    constexpr int U = 8;
+    const long long nt = (long long)gridDim.x * blockDim.x;
+    unsigned acc = 0u;
+    for (long long i0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; i0 < n16; i0 += nt * U) {
+        uint4 q[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const long long i = i0 + nt * u;
+            q[u] = i < n16 ? ld_stream16(w + i) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) acc ^= q[u].x ^ q[u].y ^ q[u].z ^ q[u].w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
 }

@@ -15,7 +15,7 @@ use pocket_quant::QuantFormat;
 #[path = "cuda_common/bench.rs"]
 mod bench;
 
-use bench::{backend_or_skip, bench_x, capture, random_fp8, time_ms, ROOF_TBPS};
+use bench::{backend_or_skip, bench_x, capture, random_fp8, time_ms, weight_copies, ROOF_TBPS};
 
 const F: QuantFormat = QuantFormat::Fp8E4M3Block128;
 
@@ -135,4 +135,55 @@ fn bench_persistent_fp8_chain() {
     println!("{}", line("persistent", persistent[0]));
     println!("{}", line("persist-late", persistent[1]));
     println!("gemv persist grid barrier ({blocks} blocks): {barrier_us:.2} us each");
+}
+
+/// The memory system's time for one weight read at the 27B's FP8 GEMV shapes (session 12): the
+/// default one-row GEMV against the same bytes read with its pattern and no arithmetic
+/// (`probe_read_rows`) and read grid-stride (`probe_read_stream`, 4 and 16 blocks of 256 threads
+/// per SM), each over >= 200 MB of rotating copies (HBM reads). Look for: whether the reads
+/// alone take the GEMV's time at 5120 rows (then the memory system, not the kernel, sets it).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_fp8_read_ceiling() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    let sms = be.sm_count() as usize;
+    println!("\n==== summary: FP8 weight reads without arithmetic ====");
+    for (rows, cols) in [
+        (5120usize, 6144usize),
+        (5120, 17408),
+        (34816, 5120),
+        (16384, 5120),
+    ] {
+        let (bytes, scales) = random_fp8(rows, cols);
+        let code_bytes = bytes.len() as f64;
+        let ws = weight_copies(&be, F, rows, cols, bytes, Some(scales));
+        let n = ws.len();
+        let xt = be.upload_f32(&bench_x(1, cols), &[1, cols]).unwrap();
+        let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+        let gemv = time_ms(&be, 5, 60, |i| {
+            be.matmul(&xt, &ws[i % n], &mut out).unwrap()
+        });
+        let rows_read = time_ms(&be, 5, 60, |i| be.probe_read(&ws[i % n], false, 0).unwrap());
+        let stream4 = time_ms(&be, 5, 60, |i| {
+            be.probe_read(&ws[i % n], true, 4 * sms).unwrap()
+        });
+        let stream16 = time_ms(&be, 5, 60, |i| {
+            be.probe_read(&ws[i % n], true, 16 * sms).unwrap()
+        });
+        for (what, ms) in [
+            ("gemv", gemv),
+            ("read-rows", rows_read),
+            ("stream-4", stream4),
+            ("stream-16", stream16),
+        ] {
+            println!(
+                "gemv read fp8 {rows:6}x{cols:5} {what:10} {:7.1} us {:7.1} GB/s of codes {:5.1}% of {ROOF_TBPS} TB/s",
+                ms * 1e3,
+                code_bytes / (ms * 1e-3) / 1e9,
+                100.0 * code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
+            );
+        }
+    }
 }

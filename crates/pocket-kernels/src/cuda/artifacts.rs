@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "540d0e369e327bbfecb5428af49b9a6697f08afb04360d534e76f64554ed64d2";
+    "304609230a8226c73d75bf446bcbb432898da9246052747e76758c12ee167e75";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -261,6 +261,9 @@ pub enum Kernel {
     /// Chained FP8 GEMVs in one persistent launch (cuda/persist_probe.rs, a measurement probe);
     /// `true`: each phase's first weights loaded before its barrier.
     PersistFp8Chain(bool),
+    /// The one-row GEMV's weight reads alone (`probe_read_rows`) or the same bytes read
+    /// grid-stride (`probe_read_stream`, `true`), no arithmetic (kernels/persist_probe.cu).
+    ProbeRead(bool),
     AddBias,
     AddAssign,
     SiluMul,
@@ -393,6 +396,8 @@ impl Kernel {
             Kernel::PersistBarriers => (M::PersistProbe, "persist_barriers"),
             Kernel::PersistFp8Chain(true) => (M::PersistProbe, "persist_fp8_chain"),
             Kernel::PersistFp8Chain(false) => (M::PersistProbe, "persist_fp8_chain_late"),
+            Kernel::ProbeRead(false) => (M::PersistProbe, "probe_read_rows"),
+            Kernel::ProbeRead(true) => (M::PersistProbe, "probe_read_stream"),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),

@@ -119,6 +119,45 @@ impl CudaBackend {
         )
     }
 
+    /// Reads the FP8 codes of `w` (FP8 E4M3 128x128) once and does no arithmetic with them:
+    /// `stream` false the one-row GEMV's pattern (`warp4d6`'s grid, a warp per 4 rows, 6 steps
+    /// of loads in flight), true grid-stride over all the codes (`blocks` of 256 threads). The
+    /// time is the memory system's for that read (kernels/persist_probe.cu, session 12).
+    pub fn probe_read(&self, w: &Weight, stream: bool, blocks: usize) -> Result<()> {
+        const OP: &str = "probe_read";
+        let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
+        if w.format != QuantFormat::Fp8E4M3Block128 || !w.cols.is_multiple_of(16) || w.rows == 0 {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{} weight [{}, {}] (FP8 E4M3 128x128, cols a multiple of 16)",
+                    w.format, w.rows, w.cols
+                ),
+            ));
+        }
+        let (p, _) = weight_ptrs(self, OP, kind, w)?;
+        let sink = self.barrier_words(OP)?;
+        if stream {
+            let n16 = (w.rows * w.cols / 16) as i64;
+            self.launch(
+                OP,
+                Kernel::ProbeRead(true),
+                (blocks.max(1) as u32, 1, 1),
+                256,
+                args![p, n16, sink.0],
+            )
+        } else {
+            let grid = w.rows.div_ceil(ROWS_PER_BLOCK) as u32;
+            self.launch(
+                OP,
+                Kernel::ProbeRead(false),
+                (grid, 1, 1),
+                128,
+                args![p, w.rows as i32, w.cols as i32, sink.0],
+            )
+        }
+    }
+
     /// Two zeroed u32 words for one launch's grid barrier (count, generation), with their
     /// device address; the tensor keeps them alive until the launch has run (stream order).
     fn barrier_words(&self, op: &'static str) -> Result<(u64, Tensor)> {
