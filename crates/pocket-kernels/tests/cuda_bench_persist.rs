@@ -140,8 +140,10 @@ fn bench_persistent_fp8_chain() {
 /// The memory system's time for one weight read at the 27B's FP8 GEMV shapes (session 12): the
 /// default one-row GEMV against the same bytes read with its pattern and no arithmetic
 /// (`probe_read_rows`) and read grid-stride (`probe_read_stream`, 4 and 16 blocks of 256 threads
-/// per SM), each over >= 200 MB of rotating copies (HBM reads). Look for: whether the reads
-/// alone take the GEMV's time at 5120 rows (then the memory system, not the kernel, sets it).
+/// per SM), each over >= 200 MB of rotating copies (HBM reads); then the GEMV and the pattern
+/// read on one copy every call (`-same`: from L2 where the weight fits). Look for: whether the
+/// reads alone take the GEMV's time at 5120 rows (then the memory system, not the kernel, sets
+/// it), and whether an L2-resident weight is much faster (then prefetching it is worth it).
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
 fn bench_fp8_read_ceiling() {
@@ -172,11 +174,18 @@ fn bench_fp8_read_ceiling() {
         let stream16 = time_ms(&be, 5, 60, |i| {
             be.probe_read(&ws[i % n], true, 16 * sms).unwrap()
         });
+        // The same weight every call: L2-resident where it fits (the 5120x6144 one, 31.5 MB, in
+        // the H200's 50 MB), to tell whether bytes already on chip make the GEMV faster (what
+        // an L2 prefetch during the kernels before it could give).
+        let gemv_hot = time_ms(&be, 5, 60, |_| be.matmul(&xt, &ws[0], &mut out).unwrap());
+        let rows_hot = time_ms(&be, 5, 60, |_| be.probe_read(&ws[0], false, 0).unwrap());
         for (what, ms) in [
             ("gemv", gemv),
             ("read-rows", rows_read),
             ("stream-4", stream4),
             ("stream-16", stream16),
+            ("gemv-same", gemv_hot),
+            ("rows-same", rows_hot),
         ] {
             println!(
                 "gemv read fp8 {rows:6}x{cols:5} {what:10} {:7.1} us {:7.1} GB/s of codes {:5.1}% of {ROOF_TBPS} TB/s",
