@@ -110,9 +110,8 @@ extern "C" __global__ void __launch_bounds__(FP8R_THREADS, 3)
     const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * R;
     if (row0 >= rows) return;
     const uint4* wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        wr[r] = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + r, rows - 1) * cols);
+    const float* srow[1];
+    row1_group<false, R>(w, nullptr, rows, cols, row0, wr, srow);
     const int nch = cols >> 4;
     uint4 q[U][R];
 #pragma unroll

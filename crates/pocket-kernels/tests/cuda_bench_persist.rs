@@ -164,21 +164,27 @@ fn bench_fp8_read_ceiling() {
         let n = ws.len();
         let xt = be.upload_f32(&bench_x(1, cols), &[1, cols]).unwrap();
         let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
+        let mut sink = be.alloc(DType::F32, &[1, 1]).unwrap();
         let gemv = time_ms(&be, 5, 60, |i| {
             be.matmul(&xt, &ws[i % n], &mut out).unwrap()
         });
-        let rows_read = time_ms(&be, 5, 60, |i| be.probe_read(&ws[i % n], false, 0).unwrap());
+        let rows_read = time_ms(&be, 5, 60, |i| {
+            be.probe_read(&ws[i % n], false, 0, &mut sink).unwrap()
+        });
         let stream4 = time_ms(&be, 5, 60, |i| {
-            be.probe_read(&ws[i % n], true, 4 * sms).unwrap()
+            be.probe_read(&ws[i % n], true, 4 * sms, &mut sink).unwrap()
         });
         let stream16 = time_ms(&be, 5, 60, |i| {
-            be.probe_read(&ws[i % n], true, 16 * sms).unwrap()
+            be.probe_read(&ws[i % n], true, 16 * sms, &mut sink)
+                .unwrap()
         });
         // The same weight every call: L2-resident where it fits (the 5120x6144 one, 31.5 MB, in
         // the H200's 50 MB), to tell whether bytes already on chip make the GEMV faster (what
         // an L2 prefetch during the kernels before it could give).
         let gemv_hot = time_ms(&be, 5, 60, |_| be.matmul(&xt, &ws[0], &mut out).unwrap());
-        let rows_hot = time_ms(&be, 5, 60, |_| be.probe_read(&ws[0], false, 0).unwrap());
+        let rows_hot = time_ms(&be, 5, 60, |_| {
+            be.probe_read(&ws[0], false, 0, &mut sink).unwrap()
+        });
         for (what, ms) in [
             ("gemv", gemv),
             ("read-rows", rows_read),

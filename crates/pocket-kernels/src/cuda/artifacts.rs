@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "304609230a8226c73d75bf446bcbb432898da9246052747e76758c12ee167e75";
+    "6ddd2fd10ed71ed51ec7d4c4cc1ffd6a74bfdf325d2ec39a510c7bb14e7c1440";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -122,8 +122,16 @@ impl CudaBackend {
     /// Reads the FP8 codes of `w` (FP8 E4M3 128x128) once and does no arithmetic with them:
     /// `stream` false the one-row GEMV's pattern (`warp4d6`'s grid, a warp per 4 rows, 6 steps
     /// of loads in flight), true grid-stride over all the codes (`blocks` of 256 threads). The
-    /// time is the memory system's for that read (kernels/persist_probe.cu, session 12).
-    pub fn probe_read(&self, w: &Weight, stream: bool, blocks: usize) -> Result<()> {
+    /// time is the memory system's for that read (kernels/persist_probe.cu, session 12). `sink`
+    /// (any f32 tensor, allocated once by the caller so no upload sits in a timed loop) is
+    /// written only if the words' xor hits a value random data does not give.
+    pub fn probe_read(
+        &self,
+        w: &Weight,
+        stream: bool,
+        blocks: usize,
+        sink: &mut Tensor,
+    ) -> Result<()> {
         const OP: &str = "probe_read";
         let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
         if w.format != QuantFormat::Fp8E4M3Block128 || !w.cols.is_multiple_of(16) || w.rows == 0 {
@@ -136,7 +144,7 @@ impl CudaBackend {
             ));
         }
         let (p, _) = weight_ptrs(self, OP, kind, w)?;
-        let sink = self.barrier_words(OP)?;
+        let sink = self.ptr_of(OP, "sink", sink, DType::F32)?;
         if stream {
             let n16 = (w.rows * w.cols / 16) as i64;
             self.launch(
@@ -144,7 +152,7 @@ impl CudaBackend {
                 Kernel::ProbeRead(true),
                 (blocks.max(1) as u32, 1, 1),
                 256,
-                args![p, n16, sink.0],
+                args![p, n16, sink],
             )
         } else {
             let grid = w.rows.div_ceil(ROWS_PER_BLOCK) as u32;
@@ -153,7 +161,7 @@ impl CudaBackend {
                 Kernel::ProbeRead(false),
                 (grid, 1, 1),
                 128,
-                args![p, w.rows as i32, w.cols as i32, sink.0],
+                args![p, w.rows as i32, w.cols as i32, sink],
             )
         }
     }
