@@ -26,9 +26,29 @@ DEVI uint32_t ld_u32_a2(const uint8_t* p) {
 // memory. After pdl_wait() every earlier kernel has finished and its writes are visible.
 // pdl_trigger() lets the next kernel launch once every block of this one has called it or exited.
 // Both are no-ops on older GPUs and when the launch did not carry the attribute.
+// Step trace (cuda/step_trace.rs, `POCKET_STEP_TRACE=1`; sm_90 only): the host sets pdl_trace
+// to a device buffer [count, stamps...] (0 = off) and block 0 of every kernel appends the
+// %globaltimer at which its pdl_wait() returned. With PDL that is when the previous kernel of the
+// stream had finished, so consecutive stamps of a replayed graph give each kernel's share of the
+// step's critical path, overlap with its neighbours included (isolated timings cannot show that).
+__constant__ unsigned long long pdl_trace;
+// Stamps the trace buffer holds per step (cuda/step_trace.rs TRACE_CAP).
+#define PDL_TRACE_CAP 4096
+DEVI void pdl_trace_mark() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (pdl_trace == 0ull) return;
+    if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) != 0u) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    unsigned long long* buf = reinterpret_cast<unsigned long long*>(pdl_trace);
+    const unsigned long long i = atomicAdd(buf, 1ull);
+    if (i < PDL_TRACE_CAP) buf[1 + i] = t;
+#endif
+}
 DEVI void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_trace_mark();
 #endif
 }
 DEVI void pdl_trigger() {

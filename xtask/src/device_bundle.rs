@@ -91,6 +91,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "profile.sh",
         "profile_summary.py",
         "ncu_sass.sh",
+        "trace.sh",
     ] {
         std::fs::copy(
             root.join("scripts/device").join(script),

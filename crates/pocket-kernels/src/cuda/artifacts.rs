@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "6ddd2fd10ed71ed51ec7d4c4cc1ffd6a74bfdf325d2ec39a510c7bb14e7c1440";
+    "3218cfec6bed27a051c58672043875db022644443f455b6911fabfa4a18d0582";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -28,6 +28,7 @@
 use cudarc::driver::{sys, CudaGraph};
 
 use super::memory::{cuda_err, CudaStorage};
+use super::step_trace::GraphTrace;
 use super::{CudaBackend, Scratch};
 use crate::device::GraphExec;
 use crate::Result;
@@ -39,6 +40,8 @@ pub struct StepGraph {
     _scratch: Scratch,
     /// Blocks freed while capturing, which captured ops may address.
     _freed: Vec<CudaStorage>,
+    /// The step trace of this graph's replays (`POCKET_STEP_TRACE=1`).
+    trace: Option<GraphTrace>,
 }
 
 // SAFETY: the graph is only launched on the backend's one stream; cudarc's CudaGraph holds raw
@@ -55,6 +58,9 @@ impl CudaBackend {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_err("begin_capture", e))?;
         self.pool.begin_capture();
+        if let Some(t) = &self.trace {
+            t.begin_capture();
+        }
         Ok(())
     }
 
@@ -82,14 +88,20 @@ impl CudaBackend {
             graph: g,
             _scratch: scratch,
             _freed: freed,
+            trace: self.trace.as_ref().map(|t| t.end_capture()),
         })
     }
 }
 
 impl StepGraph {
-    /// Launches the captured ops once (asynchronously, on the device's stream).
+    /// Launches the captured ops once (asynchronously, on the device's stream; traced replays
+    /// wait for it, see `step_trace`).
     pub fn replay(&self) -> Result<()> {
-        self.graph.launch().map_err(|e| cuda_err("graph replay", e))
+        let launch = || self.graph.launch().map_err(|e| cuda_err("graph replay", e));
+        match &self.trace {
+            Some(t) => t.traced(launch),
+            None => launch(),
+        }
     }
 
     /// (programmatic, all) dependency edges of the captured graph: the programmatic ones are

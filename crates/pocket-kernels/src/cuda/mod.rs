@@ -41,6 +41,7 @@ mod repack;
 mod rms_fold;
 mod sample;
 mod split;
+mod step_trace;
 mod switch;
 mod transfer;
 
@@ -124,6 +125,8 @@ pub struct CudaBackend {
     pdl_supported: bool,
     /// A folded norm whose output is not written yet (`rms_fold`).
     rms_fold: Mutex<Option<rms_fold::PendingFold>>,
+    /// The step trace's stamp buffer and capture names (`POCKET_STEP_TRACE=1`).
+    trace: Option<Arc<step_trace::StepTrace>>,
 }
 
 /// Which GEMVs trigger their dependent launch early (kernels/common.cuh `pdl_early`). Early
@@ -240,6 +243,13 @@ impl CudaBackend {
         kernels.set_constant_i32(&stream, "fp8_lanes", |_| lanes)?;
         let early_state = recurrent::EARLY_STATE.on() as i32;
         kernels.set_constant_i32(&stream, "fd_early_state", |_| early_state)?;
+        let trace = if pdl_supported && step_trace::STEP_TRACE.on() {
+            let t = step_trace::StepTrace::new(ctx.clone(), stream.clone(), &pool)?;
+            kernels.set_constant(&stream, "pdl_trace", |_| t.ptr())?;
+            Some(t)
+        } else {
+            None
+        };
         let be = CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
@@ -257,6 +267,7 @@ impl CudaBackend {
             pdl: std::sync::atomic::AtomicBool::new(pdl_supported && PDL_ENV.on()),
             pdl_supported,
             rms_fold: Mutex::new(None),
+            trace,
         };
         be.set_pdl_early(PDL_EARLY.get())?;
         Ok(be)
@@ -430,6 +441,9 @@ impl CudaBackend {
         // A pending folded norm's output first: this kernel may read it.
         rms_fold::flush(self)?;
         let (func, pdl_aware): (CudaFunction, bool) = self.kernels.get_launch(k)?;
+        if let (true, Some(t)) = (pdl_aware, &self.trace) {
+            t.note_launch(k.symbol().1, grid);
+        }
         let fail = |e: cudarc::driver::DriverError| KernelError::Cuda {
             op,
             msg: format!(

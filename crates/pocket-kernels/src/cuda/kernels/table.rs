@@ -61,6 +61,16 @@ impl KernelTable {
         name: &str,
         value: impl Fn(ModuleId) -> i32,
     ) -> Result<()> {
+        self.set_constant(stream, name, value)
+    }
+
+    /// [`Self::set_constant_i32`] for any plain constant type (`unsigned long long` as `u64`).
+    pub(crate) fn set_constant<T: cudarc::driver::DeviceRepr + Copy>(
+        &self,
+        stream: &Arc<cudarc::driver::CudaStream>,
+        name: &str,
+        value: impl Fn(ModuleId) -> T,
+    ) -> Result<()> {
         for (&m, module) in &self.modules {
             let value = value(m);
             // A module that never reads the constant may not have kept it.
@@ -71,8 +81,8 @@ impl KernelTable {
                 op: "set_constant",
                 msg: format!("kernels/{}.cu `{name}`: {e}", m.name()),
             };
-            // SAFETY: the symbol is an `int` (4 bytes, checked by the view's length).
-            let mut view = unsafe { global.transmute_mut::<i32>(1) }.ok_or_else(|| {
+            // SAFETY: the symbol is a `T` (its size checked by the view's length).
+            let mut view = unsafe { global.transmute_mut::<T>(1) }.ok_or_else(|| {
                 fail(cudarc::driver::DriverError(
                     cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
                 ))
