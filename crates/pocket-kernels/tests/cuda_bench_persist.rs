@@ -137,6 +137,27 @@ fn bench_persistent_fp8_chain() {
     println!("gemv persist grid barrier ({blocks} blocks): {barrier_us:.2} us each");
 }
 
+/// One shape's weights and buffers for the read benches: random FP8 codes (their byte count),
+/// rotating copies of them (HBM reads), an activation row, the output row and a one-float sink.
+struct ReadSetup {
+    code_bytes: f64,
+    ws: Vec<Weight>,
+    xt: pocket_kernels::Tensor,
+    out: pocket_kernels::Tensor,
+    sink: pocket_kernels::Tensor,
+}
+
+fn read_setup(be: &pocket_kernels::cuda::CudaBackend, rows: usize, cols: usize) -> ReadSetup {
+    let (bytes, scales) = random_fp8(rows, cols);
+    ReadSetup {
+        code_bytes: bytes.len() as f64,
+        ws: weight_copies(be, F, rows, cols, bytes, Some(scales)),
+        xt: be.upload_f32(&bench_x(1, cols), &[1, cols]).unwrap(),
+        out: be.alloc(DType::F32, &[1, rows]).unwrap(),
+        sink: be.alloc(DType::F32, &[1, 1]).unwrap(),
+    }
+}
+
 /// The memory system's time for one weight read at the 27B's FP8 GEMV shapes (session 12): the
 /// default one-row GEMV against the same bytes read with its pattern and no arithmetic
 /// (`probe_read_rows`) and read grid-stride (`probe_read_stream`, 4 and 16 blocks of 256 threads
@@ -158,13 +179,14 @@ fn bench_fp8_read_ceiling() {
         (34816, 5120),
         (16384, 5120),
     ] {
-        let (bytes, scales) = random_fp8(rows, cols);
-        let code_bytes = bytes.len() as f64;
-        let ws = weight_copies(&be, F, rows, cols, bytes, Some(scales));
+        let ReadSetup {
+            code_bytes,
+            ws,
+            xt,
+            mut out,
+            mut sink,
+        } = read_setup(&be, rows, cols);
         let n = ws.len();
-        let xt = be.upload_f32(&bench_x(1, cols), &[1, cols]).unwrap();
-        let mut out = be.alloc(DType::F32, &[1, rows]).unwrap();
-        let mut sink = be.alloc(DType::F32, &[1, 1]).unwrap();
         let gemv = time_ms(&be, 5, 60, |i| {
             be.matmul(&xt, &ws[i % n], &mut out).unwrap()
         });
@@ -198,6 +220,72 @@ fn bench_fp8_read_ceiling() {
                 ms * 1e3,
                 code_bytes / (ms * 1e-3) / 1e9,
                 100.0 * code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
+            );
+        }
+    }
+}
+
+/// Which part of the one-row FP8 GEMV's work keeps the 5120-row projections at ~80% of the bare
+/// reads' speed (session 13; `bench_fp8_read_ceiling` measured the gap): n1d6's body with one
+/// part left out or changed (`ProbeGemvPart`, kernels/persist_probe.cu), beside the default GEMV
+/// and the bare pattern read, each over rotating weight copies (HBM reads). The forms that
+/// compute the product (`full`, `xnext`, `xnext5`) are then checked bit-equal to the default
+/// GEMV (same products, same order).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_fp8_gemv_parts() {
+    use pocket_kernels::cuda::ProbeGemvPart as P;
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    println!("\n==== summary: the one-row FP8 GEMV with one part left out ====");
+    for (rows, cols) in [(5120usize, 6144usize), (5120, 17408), (16384, 5120)] {
+        let ReadSetup {
+            code_bytes,
+            ws,
+            xt,
+            mut out,
+            mut sink,
+        } = read_setup(&be, rows, cols);
+        let n = ws.len();
+        let mut rows_out = vec![(
+            "gemv".to_string(),
+            time_ms(&be, 5, 60, |i| {
+                be.matmul(&xt, &ws[i % n], &mut out).unwrap()
+            }),
+        )];
+        rows_out.push((
+            "read-rows".to_string(),
+            time_ms(&be, 5, 60, |i| {
+                be.probe_read(&ws[i % n], false, 0, &mut sink).unwrap()
+            }),
+        ));
+        for part in P::ALL {
+            let ms = time_ms(&be, 5, 60, |i| {
+                be.probe_gemv(part, &xt, &ws[i % n], &mut out).unwrap()
+            });
+            rows_out.push((format!("{part:?}"), ms));
+        }
+        for (what, ms) in rows_out {
+            println!(
+                "gemv part fp8 {rows:6}x{cols:5} {what:10} {:7.1} us {:5.1}% of {ROOF_TBPS} TB/s",
+                ms * 1e3,
+                100.0 * code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
+            );
+        }
+        be.matmul(&xt, &ws[0], &mut out).unwrap();
+        let want = be.read_f32(&out).unwrap();
+        for part in [P::Full, P::XNext, P::XNext5] {
+            be.probe_gemv(part, &xt, &ws[0], &mut out).unwrap();
+            let got = be.read_f32(&out).unwrap();
+            let differ = got
+                .iter()
+                .zip(&want)
+                .filter(|(g, w)| g.to_bits() != w.to_bits());
+            assert_eq!(
+                differ.count(),
+                0,
+                "{part:?} at {rows}x{cols} differs from the GEMV"
             );
         }
     }

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3218cfec6bed27a051c58672043875db022644443f455b6911fabfa4a18d0582";
+    "61ba5857a7ee771de9228b63b031256fb6eff81c0f80f30b1063da9349180722";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@
 
 use pocket_quant::QuantFormat;
 
-use super::kernels::Kernel;
+use super::kernels::{Kernel, ProbeGemvPart};
 use super::matmul_fp8::{weight_ptrs, Fp8Kind};
 use super::CudaBackend;
 use crate::error::shape_err;
@@ -164,6 +164,49 @@ impl CudaBackend {
                 args![p, w.rows as i32, w.cols as i32, sink],
             )
         }
+    }
+
+    /// `out [1, rows] = x · Wᵀ` by n1d6's one-row GEMV with `part` of its work left out or
+    /// changed (kernels/persist_probe.cu `probe_gemv_<part>`; only `Full`, `XNext` and `XNext5`
+    /// compute the product, the others a value of no meaning). `w`: FP8 E4M3 128x128.
+    pub fn probe_gemv(
+        &self,
+        part: ProbeGemvPart,
+        x: &Tensor,
+        w: &Weight,
+        out: &mut Tensor,
+    ) -> Result<()> {
+        const OP: &str = "probe_gemv";
+        let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
+        if w.format != QuantFormat::Fp8E4M3Block128
+            || !w.cols.is_multiple_of(16)
+            || w.rows == 0
+            || x.shape != [1, w.cols]
+            || out.shape != [1, w.rows]
+        {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{} weight [{}, {}] (FP8 E4M3 128x128, cols a multiple of 16), x {:?}, out {:?}",
+                    w.format,
+                    w.rows,
+                    w.cols,
+                    x.shape,
+                    out.shape
+                ),
+            ));
+        }
+        let (p, s) = weight_ptrs(self, OP, kind, w)?;
+        let xp = self.ptr_of(OP, "x", x, DType::F32)?;
+        let op = self.ptr_of(OP, "out", out, DType::F32)?;
+        let grid = w.rows.div_ceil(ROWS_PER_BLOCK) as u32;
+        self.launch(
+            OP,
+            Kernel::ProbeGemv(part),
+            (grid, 1, 1),
+            128,
+            args![p, s, xp, op, w.rows as i32, w.cols as i32],
+        )
     }
 
     /// Two zeroed u32 words for one launch's grid barrier (count, generation), with their

@@ -284,7 +284,10 @@ mod tests {
         // A replay with another count is skipped, not summed.
         assert!(!s.add(&[1, 2, 3]));
         let r = s.report(7, &names);
-        assert!(r.starts_with("step trace, graph 7: 2 replays (1 skipped"), "{r}");
+        assert!(
+            r.starts_with("step trace, graph 7: 2 replays (1 skipped"),
+            "{r}"
+        );
         assert!(r.contains("names aligned"), "{r}");
         assert!(r.contains("first to last stamp: 9.0 us"), "{r}");
         // a: (1 + 3) / 2 + (3 + 5) / 2 = 6 us over 2 launches; b: (2 + 4) / 2 = 3 us.
