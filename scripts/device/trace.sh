@@ -5,6 +5,7 @@
 # (a traced replay waits for its stamps, so its tok/s is not the model's).
 #
 #   bash bundle/trace.sh            TRACE_MODELS="qwen3.5-27b:fp8 llama3-8b:q4_0" (the default)
+#   TRACE_PLAIN=0 skips the untraced runs (an A/B in the same call already has them).
 #
 # Output: $OUT/trace/<model>/graph-<n>.txt (one report per captured graph) and
 # $OUT/trace/<model>-{plain,traced}.txt (pocket-bench's output); a table comes last.
@@ -19,7 +20,8 @@ BENCH="$BUNDLE/bin/pocket-bench"
 rows=()
 for spec in ${TRACE_MODELS:-qwen3.5-27b:fp8 llama3-8b:q4_0}; do
   tag="${spec/:/-}"
-  for mode in plain traced; do
+  modes="plain traced"; [ "${TRACE_PLAIN:-1}" = 0 ] && modes=traced
+  for mode in $modes; do
     vars=""
     [ "$mode" = traced ] && vars="POCKET_STEP_TRACE=1 POCKET_STEP_TRACE_DIR=$OUT/trace/$tag"
     env $vars timeout "${TRACE_TIMEOUT:-300}" "$BENCH" run --model "synthetic:$spec" --device cuda \

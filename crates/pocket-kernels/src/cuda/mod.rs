@@ -77,6 +77,9 @@ pub(crate) struct Scratch {
     pub deltanet_counters: Option<CudaStorage>,
     /// The folded norm's x * g row and per-block sums of squares (cuda/rms_fold.rs).
     pub rms_fold: Option<CudaStorage>,
+    /// Decode attention's per-(sequence, head block) arrival counters for the in-kernel merge of
+    /// its splits (zeroed once; every launch leaves them zero; cuda/attn.rs).
+    pub attn_counters: Option<CudaStorage>,
 }
 
 impl Scratch {
@@ -401,6 +404,23 @@ impl CudaBackend {
             }
         }
         self.read_u32(t)
+    }
+
+    /// Device address of the counters in `slot` with at least `bytes`, zeroed when (re)allocated:
+    /// the kernels that count in them leave them zero (cuda/attn.rs, cuda/recurrent/decode.rs).
+    pub(crate) fn zeroed_scratch(
+        &self,
+        op: &'static str,
+        slot: &mut Option<CudaStorage>,
+        bytes: usize,
+    ) -> Result<u64> {
+        if slot.as_ref().is_none_or(|c| c.len_bytes() < bytes) {
+            *slot = None;
+            let c = self.pool.alloc(bytes)?;
+            self.zero_async(op, c.ptr(), bytes)?;
+            *slot = Some(c);
+        }
+        Ok(slot.as_ref().map_or(0, |c| c.ptr()))
     }
 
     /// Zeroes `bytes` of device memory at `ptr` on the stream (inside a capture: a memset node).

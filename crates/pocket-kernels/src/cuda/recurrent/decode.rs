@@ -282,15 +282,7 @@ fn counters(be: &CudaBackend, op: &'static str, n: usize) -> Result<u64> {
         .scratch
         .lock()
         .map_err(|_| shape_err(op, "scratch lock poisoned"))?;
-    let slot = &mut scratch.deltanet_counters;
-    if slot.as_ref().is_none_or(|c| c.len_bytes() < 4 * n) {
-        let bytes = 4 * n.max(MIN_COUNTERS);
-        *slot = None;
-        let c = be.pool.alloc(bytes)?;
-        be.zero_async(op, c.ptr(), bytes)?;
-        *slot = Some(c);
-    }
-    Ok(slot.as_ref().map_or(0, |c| c.ptr()))
+    be.zeroed_scratch(op, &mut scratch.deltanet_counters, 4 * n.max(MIN_COUNTERS))
 }
 
 /// Whether the fused step is on (`POCKET_DELTANET_FUSED`) and takes these params (the
