@@ -48,10 +48,6 @@ struct AttnArgs {
     // Output gate (Qwen3.5): where non-null, whichever kernel writes `out` writes
     // out * sigmoid(gate) instead (gate [rows, heads, head_dim], as `out`), and quantizes that.
     const float* gate;
-    // Decode with splits: where non-null, one zeroed counter per (sequence, head block) (grid x
-    // and y); the last split block of each to finish merges the splits itself (attn_dec_hd's
-    // end) and sets its counter back to zero, so no attn_combine launch follows.
-    unsigned* counters;
 };
 
 // sigmoid_mul's arithmetic (deltanet.cu): v * (1 / (1 + expf(-g))).
@@ -199,26 +195,29 @@ DEVI void quant32_warp(float v, int8_t* q, float* d, float* s) {
     }
 }
 
-// A GPU-scope acquire-release fence: orders this thread's earlier stores before its later
-// accesses for every thread of the GPU (lighter than __threadfence's sequentially consistent one).
-DEVI void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-// Merges the n splits of (row, head) rh into `out` (and its Q8 quantization and gate, see
-// AttnArgs) with the block's threads; sw holds n floats and sred blockDim / 32, both shared.
-// CG: the partials were written by other blocks of the same launch, so they are read through L2
-// (ld.global.cg), which the read-only path may not see.
-template <bool CG>
-DEVI void combine_splits(const float* part_acc, const float* part_ml, size_t rh, int n,
-                         int head_dim, int splits, float* out, int8_t* xq, float* xd, float* xs,
-                         const float* gate, float* sw, float* sred) {
+extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                        float* __restrict__ out, int heads, int head_dim, int splits,
+                                        const uint32_t* __restrict__ dec_seq_lens, int window, int min_keys,
+                                        int8_t* xq, float* xd, float* xs, const float* gate) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float sw[ATC_MAX_SPLITS];
+    __shared__ float sred[8];
     int tid = threadIdx.x, nt = blockDim.x;
-    auto ld = [](const float* p) { return CG ? __ldcg(p) : *p; };
+    int n = splits;
+    if (dec_seq_lens != nullptr) {
+        int pos = (int)dec_seq_lens[blockIdx.x] - 1;
+        int k_lo = window > 0 ? max(0, pos - window + 1) : 0;
+        n = dec_splits(pos - k_lo + 1, splits, min_keys);
+        if (n == 1) return;
+    }
+    size_t rh = (size_t)blockIdx.x * heads + blockIdx.y;
     // The gate (head_dim <= nt: one element per thread) is loaded now, not behind the reductions.
     float gv = gate != nullptr && tid < head_dim ? gate[rh * head_dim + tid] : 0.f;
     const float* ml = part_ml + rh * splits * 2;
     const float* acc = part_acc + rh * splits * head_dim;
     float mx = -INFINITY;
-    for (int k = tid; k < n; k += nt) mx = fmaxf(mx, ld(ml + 2 * k));
+    for (int k = tid; k < n; k += nt) mx = fmaxf(mx, ml[2 * k]);
     mx = warp_max(mx);
     if (tid % 32 == 0) sred[tid / 32] = mx;
     __syncthreads();
@@ -227,10 +226,10 @@ DEVI void combine_splits(const float* part_acc, const float* part_ml, size_t rh,
     __syncthreads();
     float ls = 0.f;
     for (int k = tid; k < n; k += nt) {
-        float ms = ld(ml + 2 * k);
+        float ms = ml[2 * k];
         float w = ms == -INFINITY ? 0.f : __expf(ms - M);
         sw[k] = w;
-        ls += ld(ml + 2 * k + 1) * w;
+        ls += ml[2 * k + 1] * w;
     }
     ls = warp_sum(ls);
     if (tid % 32 == 0) sred[tid / 32] = ls;
@@ -241,12 +240,12 @@ DEVI void combine_splits(const float* part_acc, const float* part_ml, size_t rh,
         float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
         int k = 0;
         for (; k + 4 <= n; k += 4) {
-            o0 += ld(acc + (size_t)k * head_dim + d) * sw[k];
-            o1 += ld(acc + (size_t)(k + 1) * head_dim + d) * sw[k + 1];
-            o2 += ld(acc + (size_t)(k + 2) * head_dim + d) * sw[k + 2];
-            o3 += ld(acc + (size_t)(k + 3) * head_dim + d) * sw[k + 3];
+            o0 += acc[(size_t)k * head_dim + d] * sw[k];
+            o1 += acc[(size_t)(k + 1) * head_dim + d] * sw[k + 1];
+            o2 += acc[(size_t)(k + 2) * head_dim + d] * sw[k + 2];
+            o3 += acc[(size_t)(k + 3) * head_dim + d] * sw[k + 3];
         }
-        for (; k < n; k++) o0 += ld(acc + (size_t)k * head_dim + d) * sw[k];
+        for (; k < n; k++) o0 += acc[(size_t)k * head_dim + d] * sw[k];
         float v = L > 0.f ? ((o0 + o1) + (o2 + o3)) / L : 0.f;
         if (gate != nullptr) v = gate_mul(v, d == tid ? gv : gate[rh * head_dim + d]);
         out[rh * head_dim + d] = v;
@@ -256,37 +255,6 @@ DEVI void combine_splits(const float* part_acc, const float* part_ml, size_t rh,
             quant32_warp(v, xq + e, xd + e / 32, xs + e / 32);
         }
     }
-}
-
-// The in-kernel merge of the decode kernel's splits for its G heads from (row, head) hbase (see
-// AttnArgs::counters).
-DEVI void merge_splits(const AttnArgs& a, size_t hbase, int G, int nsplit,
-                                          int head_dim, float* smem) {
-    for (int g = 0; g < G; g++) {
-        if (g > 0) __syncthreads();  // the previous head's merge is done with sw and sred
-        combine_splits<true>(a.part_acc, a.part_ml, hbase + g, nsplit, head_dim, a.splits, a.out,
-                             a.xq, a.xd, a.xs, a.gate, smem, smem + ATC_MAX_SPLITS);
-    }
-}
-
-extern "C" __global__ void attn_combine(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                                        float* __restrict__ out, int heads, int head_dim, int splits,
-                                        const uint32_t* __restrict__ dec_seq_lens, int window, int min_keys,
-                                        int8_t* xq, float* xd, float* xs, const float* gate) {
-    pdl_wait();
-    pdl_trigger();
-    __shared__ float sw[ATC_MAX_SPLITS];
-    __shared__ float sred[8];
-    int n = splits;
-    if (dec_seq_lens != nullptr) {
-        int pos = (int)dec_seq_lens[blockIdx.x] - 1;
-        int k_lo = window > 0 ? max(0, pos - window + 1) : 0;
-        n = dec_splits(pos - k_lo + 1, splits, min_keys);
-        if (n == 1) return;
-    }
-    size_t rh = (size_t)blockIdx.x * heads + blockIdx.y;
-    combine_splits<false>(part_acc, part_ml, rh, n, head_dim, splits, out, xq, xd, xs, gate, sw,
-                          sred);
 }
 
 // ---- decode: one query row per sequence, lanes over dims of a few keys at once -----------------
@@ -545,23 +513,6 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
                 a.part_ml[(rh * a.splits + split) * 2 + 1] = L;
             }
         }
-    }
-    if (nsplit > 1 && a.counters != nullptr) {
-        // The last of the nsplit blocks of this (sequence, head block) to get here merges the
-        // splits (AttnArgs::counters): every thread's partials are made visible before thread 0
-        // counts, and the last block reads them through L2 after its own fence.
-        __shared__ int last;
-        fence_acq_rel_gpu();
-        __syncthreads();
-        if (tid == 0) {
-            unsigned* c = a.counters + (size_t)s * gridDim.y + blockIdx.y;
-            last = atomicAdd(c, 1u) == (unsigned)nsplit - 1;
-            if (last) *c = 0u;  // every split has counted: ready for the next launch
-        }
-        __syncthreads();  // also: the merge below reuses smem the loop above read
-        if (!last) return;
-        fence_acq_rel_gpu();
-        merge_splits(a, hbase, G, nsplit, HD, smem);
     }
 }
 

@@ -29,7 +29,8 @@ for spec in ${TRACE_MODELS:-qwen3.5-27b:fp8 llama3-8b:q4_0}; do
       >"$OUT/trace/$tag-$mode.txt" 2>&1
   done
   rm -rf "${SYN:?}"/*
-  tok=$(grep -o 'decode tg128: ours [0-9.]*' "$OUT/trace/$tag-plain.txt" | awk '{print $4}')
+  tok=$(grep -o 'decode tg128: ours [0-9.]*' "$OUT/trace/$tag-plain.txt" 2>/dev/null | awk '{print $4}')
+  [ "${TRACE_PLAIN:-1}" = 0 ] && tok="-"
   # The decode graph is the one with the most replays.
   best=""; most=0
   for g in "$OUT/trace/$tag"/graph-*.txt; do

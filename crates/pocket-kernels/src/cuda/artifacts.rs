@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3da8fa6e5214f3f1d96afb955c5acd99f62036d724191f62903abf64e6d763d6";
+    "61ba5857a7ee771de9228b63b031256fb6eff81c0f80f30b1063da9349180722";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

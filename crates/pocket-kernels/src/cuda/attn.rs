@@ -36,7 +36,6 @@ struct AttnArgs {
     xd: u64,
     xs: u64,
     gate: u64,
-    counters: u64,
 }
 
 /// Longest head the kernel holds in registers (8 values per lane).
@@ -195,11 +194,6 @@ impl CudaBackend {
         ATTN_HEADS.set(Some(heads.min(HEADS_VALUES.len() - 1)));
     }
 }
-
-/// `POCKET_ATTN_MERGE=0`: decode attention with several key splits launches `attn_combine` after
-/// the decode kernel, as before, instead of its last split block merging them (one kernel
-/// boundary fewer per attention layer).
-static COMBINE_IN_DECODE: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_ATTN_MERGE");
 
 /// Whether decode attention writes its output's Q8 quantization for the output projection
 /// (`POCKET_ATTN_Q8=0` turns it off: the GEMV quantizes in its own launch, as before).
@@ -473,14 +467,6 @@ fn attention_impl(
     } else {
         (0, 0)
     };
-    // The decode kernel's last split block merges the splits itself (no combine launch).
-    let merge_in_kernel = decode && splits > 1 && COMBINE_IN_DECODE.on();
-    let counters = if merge_in_kernel {
-        let slots = s * p.num_kv_heads * nhb;
-        be.zeroed_scratch(OP, &mut scratch.attn_counters, 4 * slots)?
-    } else {
-        0
-    };
     let args = AttnArgs {
         q: q_ptr,
         k_cache: kc_ptr,
@@ -507,7 +493,6 @@ fn attention_impl(
         xd,
         xs,
         gate: gate_ptr,
-        counters,
     };
     let out_ptr = args.out;
     if decode {
@@ -528,7 +513,7 @@ fn attention_impl(
             args![args],
         )?;
     }
-    if splits > 1 && !merge_in_kernel {
+    if splits > 1 {
         be.launch(
             OP,
             Kernel::AttnCombine,

@@ -77,9 +77,6 @@ pub(crate) struct Scratch {
     pub deltanet_counters: Option<CudaStorage>,
     /// The folded norm's x * g row and per-block sums of squares (cuda/rms_fold.rs).
     pub rms_fold: Option<CudaStorage>,
-    /// Decode attention's per-(sequence, head block) arrival counters for the in-kernel merge of
-    /// its splits (zeroed once; every launch leaves them zero; cuda/attn.rs).
-    pub attn_counters: Option<CudaStorage>,
 }
 
 impl Scratch {
@@ -407,7 +404,7 @@ impl CudaBackend {
     }
 
     /// Device address of the counters in `slot` with at least `bytes`, zeroed when (re)allocated:
-    /// the kernels that count in them leave them zero (cuda/attn.rs, cuda/recurrent/decode.rs).
+    /// the kernels that count in them leave them zero (cuda/recurrent/decode.rs).
     pub(crate) fn zeroed_scratch(
         &self,
         op: &'static str,
