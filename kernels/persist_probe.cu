@@ -28,7 +28,8 @@
 //    5 steps in flight, to stay in registers).
 //
 // Launch (cuda/persist_probe.rs): block 128, every block resident at once (at most
-// PERSIST_MINB per SM), max(r1, c1) / 4 warps at most; bar: two zeroed words per launch.
+// PERSIST_MINB per SM), max(r1, c1) / 4 warps at most; bar: two words zeroed once (every
+// launch leaves the count at zero; the generation may start anywhere).
 #include "common.cuh"
 #include "fp8_row.cuh"
 

@@ -69,6 +69,8 @@ fn bench_persistent_fp8_chain() {
     let w1s: Vec<Weight> = (0..layers).map(|l| layer(&be, &s1, l, r, c)).collect();
     let w2s: Vec<Weight> = (0..layers).map(|l| layer(&be, &s2, l, c, r)).collect();
     let x0 = bench_x(1, c);
+    // The grid barrier's words, once for every launch below.
+    let bar = be.probe_barrier_words().unwrap();
     let mut xa = be.upload_f32(&x0, &[1, c]).unwrap();
     let mut xb = be.alloc(DType::F32, &[1, r]).unwrap();
 
@@ -84,7 +86,7 @@ fn bench_persistent_fp8_chain() {
     // A one-layer stack is that layer's own weights.
     for preload in [true, false] {
         be.write_f32(&mut pa, &x0, &[1, c]).unwrap();
-        be.probe_fp8_chain(&w1s[0], &w2s[0], &mut pa, &mut pb, 1, preload)
+        be.probe_fp8_chain(&w1s[0], &w2s[0], &mut pa, &mut pb, 1, preload, &bar)
             .unwrap();
         let got = be.read_f32(&pa).unwrap();
         let worst = got
@@ -109,14 +111,14 @@ fn bench_persistent_fp8_chain() {
     let mut persistent = [0f64; 2];
     for (i, preload) in [true, false].into_iter().enumerate() {
         persistent[i] = time_ms(&be, 3, 30, |_| {
-            be.probe_fp8_chain(&w1, &w2, &mut xa, &mut xb, layers, preload)
+            be.probe_fp8_chain(&w1, &w2, &mut xa, &mut xb, layers, preload, &bar)
                 .unwrap()
         });
     }
     let blocks = 3 * be.sm_count() as usize;
     let rounds = 1000;
     let barrier_us = time_ms(&be, 2, 10, |_| {
-        be.probe_grid_barriers(blocks, rounds).unwrap()
+        be.probe_grid_barriers(blocks, rounds, &bar).unwrap()
     }) * 1e3
         / rounds as f64;
 

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "61ba5857a7ee771de9228b63b031256fb6eff81c0f80f30b1063da9349180722";
+    "96877381426618bcac7b366c48ea91f18d722cfd13e639688c4c502880fa2a9c";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

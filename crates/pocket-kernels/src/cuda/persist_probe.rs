@@ -20,8 +20,8 @@ const ROWS_PER_BLOCK: usize = 16;
 
 impl CudaBackend {
     /// Runs `rounds` grid-wide barriers in one launch of `blocks` 128-thread blocks (at most 3
-    /// per SM, so all are resident).
-    pub fn probe_grid_barriers(&self, blocks: usize, rounds: usize) -> Result<()> {
+    /// per SM, so all are resident). `bar`: [`Self::probe_barrier_words`], allocated once.
+    pub fn probe_grid_barriers(&self, blocks: usize, rounds: usize, bar: &Tensor) -> Result<()> {
         const OP: &str = "probe_grid_barriers";
         let max = BLOCKS_PER_SM * self.sm_count() as usize;
         if blocks == 0 || blocks > max {
@@ -30,13 +30,13 @@ impl CudaBackend {
                 format!("{blocks} blocks (1..={max} fit at once)"),
             ));
         }
-        let bar = self.barrier_words(OP)?;
+        let bar = self.ptr_of(OP, "barrier", bar, DType::U32)?;
         self.launch(
             OP,
             Kernel::PersistBarriers,
             (blocks as u32, 1, 1),
             128,
-            args![bar.0, rounds as i32],
+            args![bar, rounds as i32],
         )
     }
 
@@ -45,7 +45,8 @@ impl CudaBackend {
     /// 128x128 tile scales; r and c multiples of 128), `xa` [1, c] and `xb` [1, r] f32.
     /// `preload`: each phase loads its first weights before the barrier that publishes its
     /// input (else after it). The results equal the same chain of one-row GEMVs up to f32
-    /// summation order.
+    /// summation order. `bar`: [`Self::probe_barrier_words`], allocated once.
+    #[allow(clippy::too_many_arguments)]
     pub fn probe_fp8_chain(
         &self,
         w1: &Weight,
@@ -54,6 +55,7 @@ impl CudaBackend {
         xb: &mut Tensor,
         layers: usize,
         preload: bool,
+        bar: &Tensor,
     ) -> Result<()> {
         const OP: &str = "probe_fp8_chain";
         let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
@@ -98,7 +100,7 @@ impl CudaBackend {
         let (p2, s2) = weight_ptrs(self, OP, kind, w2)?;
         let pa = self.ptr_of(OP, "xa", xa, DType::F32)?;
         let pb = self.ptr_of(OP, "xb", xb, DType::F32)?;
-        let bar = self.barrier_words(OP)?;
+        let bar = self.ptr_of(OP, "barrier", bar, DType::U32)?;
         self.launch(
             OP,
             Kernel::PersistFp8Chain(preload),
@@ -114,7 +116,7 @@ impl CudaBackend {
                 r as i32,
                 c as i32,
                 layers as i32,
-                bar.0
+                bar
             ],
         )
     }
@@ -209,10 +211,10 @@ impl CudaBackend {
         )
     }
 
-    /// Two zeroed u32 words for one launch's grid barrier (count, generation), with their
-    /// device address; the tensor keeps them alive until the launch has run (stream order).
-    fn barrier_words(&self, op: &'static str) -> Result<(u64, Tensor)> {
-        let t = crate::Backend::upload_u32(self, &[0, 0], &[2])?;
-        Ok((self.ptr_of(op, "barrier", &t, DType::U32)?, t))
+    /// The two u32 words of the persistent probes' grid barrier (count, generation), zeroed:
+    /// allocate them once, since every launch leaves the count at zero and the barrier only
+    /// compares the generation with the value it read (no upload inside a timed loop).
+    pub fn probe_barrier_words(&self) -> Result<Tensor> {
+        crate::Backend::upload_u32(self, &[0, 0], &[2])
     }
 }
