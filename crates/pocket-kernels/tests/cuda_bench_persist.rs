@@ -181,33 +181,30 @@ fn bench_fp8_read_ceiling() {
         (34816, 5120),
         (16384, 5120),
     ] {
-        let ReadSetup {
-            code_bytes,
-            ws,
-            xt,
-            mut out,
-            mut sink,
-        } = read_setup(&be, rows, cols);
-        let n = ws.len();
+        let mut r = read_setup(&be, rows, cols);
+        let n = r.ws.len();
         let gemv = time_ms(&be, 5, 60, |i| {
-            be.matmul(&xt, &ws[i % n], &mut out).unwrap()
+            be.matmul(&r.xt, &r.ws[i % n], &mut r.out).unwrap()
         });
         let rows_read = time_ms(&be, 5, 60, |i| {
-            be.probe_read(&ws[i % n], false, 0, &mut sink).unwrap()
+            be.probe_read(&r.ws[i % n], false, 0, &mut r.sink).unwrap()
         });
         let stream4 = time_ms(&be, 5, 60, |i| {
-            be.probe_read(&ws[i % n], true, 4 * sms, &mut sink).unwrap()
+            be.probe_read(&r.ws[i % n], true, 4 * sms, &mut r.sink)
+                .unwrap()
         });
         let stream16 = time_ms(&be, 5, 60, |i| {
-            be.probe_read(&ws[i % n], true, 16 * sms, &mut sink)
+            be.probe_read(&r.ws[i % n], true, 16 * sms, &mut r.sink)
                 .unwrap()
         });
         // The same weight every call: L2-resident where it fits (the 5120x6144 one, 31.5 MB, in
         // the H200's 50 MB), to tell whether bytes already on chip make the GEMV faster (what
         // an L2 prefetch during the kernels before it could give).
-        let gemv_hot = time_ms(&be, 5, 60, |_| be.matmul(&xt, &ws[0], &mut out).unwrap());
+        let gemv_hot = time_ms(&be, 5, 60, |_| {
+            be.matmul(&r.xt, &r.ws[0], &mut r.out).unwrap()
+        });
         let rows_hot = time_ms(&be, 5, 60, |_| {
-            be.probe_read(&ws[0], false, 0, &mut sink).unwrap()
+            be.probe_read(&r.ws[0], false, 0, &mut r.sink).unwrap()
         });
         for (what, ms) in [
             ("gemv", gemv),
@@ -220,8 +217,8 @@ fn bench_fp8_read_ceiling() {
             println!(
                 "gemv read fp8 {rows:6}x{cols:5} {what:10} {:7.1} us {:7.1} GB/s of codes {:5.1}% of {ROOF_TBPS} TB/s",
                 ms * 1e3,
-                code_bytes / (ms * 1e-3) / 1e9,
-                100.0 * code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
+                r.code_bytes / (ms * 1e-3) / 1e9,
+                100.0 * r.code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
             );
         }
     }
@@ -242,29 +239,24 @@ fn bench_fp8_gemv_parts() {
     };
     println!("\n==== summary: the one-row FP8 GEMV with one part left out ====");
     for (rows, cols) in [(5120usize, 6144usize), (5120, 17408), (16384, 5120)] {
-        let ReadSetup {
-            code_bytes,
-            ws,
-            xt,
-            mut out,
-            mut sink,
-        } = read_setup(&be, rows, cols);
-        let n = ws.len();
+        let mut r = read_setup(&be, rows, cols);
+        let n = r.ws.len();
         let mut rows_out = vec![(
             "gemv".to_string(),
             time_ms(&be, 5, 60, |i| {
-                be.matmul(&xt, &ws[i % n], &mut out).unwrap()
+                be.matmul(&r.xt, &r.ws[i % n], &mut r.out).unwrap()
             }),
         )];
         rows_out.push((
             "read-rows".to_string(),
             time_ms(&be, 5, 60, |i| {
-                be.probe_read(&ws[i % n], false, 0, &mut sink).unwrap()
+                be.probe_read(&r.ws[i % n], false, 0, &mut r.sink).unwrap()
             }),
         ));
         for part in P::ALL {
             let ms = time_ms(&be, 5, 60, |i| {
-                be.probe_gemv(part, &xt, &ws[i % n], &mut out).unwrap()
+                be.probe_gemv(part, &r.xt, &r.ws[i % n], &mut r.out)
+                    .unwrap()
             });
             rows_out.push((format!("{part:?}"), ms));
         }
@@ -272,14 +264,14 @@ fn bench_fp8_gemv_parts() {
             println!(
                 "gemv part fp8 {rows:6}x{cols:5} {what:10} {:7.1} us {:5.1}% of {ROOF_TBPS} TB/s",
                 ms * 1e3,
-                100.0 * code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
+                100.0 * r.code_bytes / (ms * 1e-3) / 1e12 / ROOF_TBPS
             );
         }
-        be.matmul(&xt, &ws[0], &mut out).unwrap();
-        let want = be.read_f32(&out).unwrap();
+        be.matmul(&r.xt, &r.ws[0], &mut r.out).unwrap();
+        let want = be.read_f32(&r.out).unwrap();
         for part in [P::Full, P::XNext, P::XNext5] {
-            be.probe_gemv(part, &xt, &ws[0], &mut out).unwrap();
-            let got = be.read_f32(&out).unwrap();
+            be.probe_gemv(part, &r.xt, &r.ws[0], &mut r.out).unwrap();
+            let got = be.read_f32(&r.out).unwrap();
             let differ = got
                 .iter()
                 .zip(&want)
