@@ -7,7 +7,8 @@
 #   bash bundle/trace.sh            TRACE_MODELS="qwen3.5-27b:fp8 llama3-8b:q4_0" (the default)
 #   TRACE_PLAIN=0 skips the untraced runs (an A/B in the same call already has them).
 #
-# Output: $OUT/trace/<model>/graph-<n>.txt (one report per captured graph) and
+# Output: $OUT/trace/<model>/graph-<n>.txt (one report per captured graph), graph-<n>.layers.txt
+# (trace_layers.py: means per layer type) for the decode graph, and
 # $OUT/trace/<model>-{plain,traced}.txt (pocket-bench's output); a table comes last.
 set -u
 BUNDLE="${BUNDLE:-$(cd "$(dirname "$0")" && pwd)}"
@@ -42,6 +43,8 @@ for spec in ${TRACE_MODELS:-qwen3.5-27b:fp8 llama3-8b:q4_0}; do
   rows+=("$(printf '%-18s plain decode %8s tok/s   traced graph: %s replays, first-to-last stamp %s' \
     "$tag" "${tok:-FAIL}" "$most" "${span:-none}")")
   if [ -n "$best" ]; then
+    # Per-layer means (trace_layers.py) beside the report.
+    python3 "$BUNDLE/trace_layers.py" "$best" >"${best%.txt}.layers.txt" 2>&1
     echo "==== $tag: $(basename "$best") (top kernels) ===="
     sed -n '1,3p' "$best"
     sed -n '/^kernel /,/^$/p' "$best" | head -n 16

@@ -92,6 +92,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "profile_summary.py",
         "ncu_sass.sh",
         "trace.sh",
+        "trace_layers.py",
     ] {
         std::fs::copy(
             root.join("scripts/device").join(script),
