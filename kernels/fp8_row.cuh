@@ -192,14 +192,15 @@ __device__ __forceinline__ void row1_load_chunk(const uint4* const (&wr)[NR],
 // activation once (chunk gt's values, reused for every chunk), bit 1 replaces the decode and the
 // products by an xor of the codes plus the activation's sum, bit 2 loads the next chunk's
 // activation while the current one is multiplied (one chunk ahead, 16 more registers).
+// T: chunks between a lane's consecutive chunks (32: the warp splits the row; 64: two warps
+// split it, lane gt taking chunks gt, gt + 64, ... with gt = lane or lane + 32).
 template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, bool CX = false,
-          int PROBE = 0, class AfterWait>
+          int PROBE = 0, int T = 32, class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
                                                 const float* __restrict__ x, int nch, int gt,
                                                 float (&acc)[NR], AfterWait after_wait) {
     static_assert(NR % NS == 0, "equal scale sets");
-    constexpr int T = 32;        // lanes splitting the columns
     constexpr int STEP = T * U;  // chunks per row per step
     constexpr int PER = NR / NS;
     const int nlane = fp8_lane_chunks(nch);

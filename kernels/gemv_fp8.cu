@@ -80,6 +80,52 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                       fold_sh);
 }
 
+// gemv_fp8_row1 with each row group's columns split over two warps (`n1w8s2`, session 13): a
+// pair of warps owns R rows, warp `half` of the pair takes chunks lane + 32 half, + 64, ... of
+// every row, and the pair's halves are added through shared memory before the epilogue. Why: at
+// 5120 rows the 4-row warps' own work per 16-byte chunk (4 activation loads, the decode and 16
+// FMAs per row) holds the stream at ~80% of a bare read (docs/performance/logs/
+// 2026-12-02-s13-gemv-parts/); 8 rows per warp halve the activation loads per weight byte, and
+// the split keeps n1d6's warps per SM (16 rows per block). A row's sum is half 0 + half 1, each
+// in column order, so the result differs from the other forms in rounding only.
+template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
+__device__ __forceinline__ void gemv_fp8_row1_split2(const uint8_t* __restrict__ w,
+                                                     const float* __restrict__ sc, float tscale,
+                                                     const float* __restrict__ x,
+                                                     float* __restrict__ out, int rows,
+                                                     int cols, const RmsFold& f) {
+    static_assert(128 % R == 0 && R <= 32, "row group shape");
+    __shared__ float fold_sh[1];
+    __shared__ float half1[FP8R_THREADS / 64][R];
+    const int tid = threadIdx.x, lane = tid & 31, pair = tid >> 6, half = (tid >> 5) & 1;
+    const int row0 = (blockIdx.x * (FP8R_THREADS / 64) + pair) * R;
+    float acc[R];
+    float ss_in = 0.f;
+    if (row0 < rows) {
+        const uint4* wr[R];
+        const float* srow[1];
+        row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
+        row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, false, 0, 64>(
+            wr, srow, x, cols >> 4, lane + 32 * half, acc, [&] {
+                if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
+            });
+        pdl_trigger_late<MINB>();
+    } else {
+        // A pair past the last row (pair 1 of a partial last block; warp 0, which sums the fold's
+        // parts, is always in range) reads no weights but still reaches the barrier below, and
+        // the epilogue reads the previous kernel's output: it waits like the others.
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.f;
+        pdl_wait();
+    }
+    float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
+    if (half == 1 && lane < R) half1[pair][lane] = v;
+    __syncthreads();
+    if (half == 0 && lane < R) v += half1[pair][lane];
+    const bool mine = half == 0 && lane < R && row0 + lane < rows;
+    rms_fold_gemv_end(v, mine, row0 + lane, ss_in, x, cols, out, f, fold_sh);
+}
+
 // ---- one activation row of a stacked [gate; up] weight, SwiGLU epilogue ----------------------
 // w is [2 * inter, cols]: gate rows 0..inter, then up rows inter..2 inter. Each warp owns R
 // outputs o0..o0+R (o0 a multiple of R) and accumulates their 2R weight rows together (gate rows
@@ -301,12 +347,20 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
+// n1w8s2: 8 rows per pair of warps, each warp half the columns, 3 steps (24 loads per thread).
+#define FP8_ROW1_SPLIT2(name, sfx, e5m2, tiled, dec, R, U, MINB)                              \
+    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
+        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
+                                float* out, int rows, int cols, int m, RmsFold f) {             \
+        gemv_fp8_row1_split2<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f); \
+    }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
     FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
     FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
-    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)
+    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
+    FP8_ROW1_SPLIT2(name, n1w8s2##tag, e5m2, tiled, dec, 8, 3, 3)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

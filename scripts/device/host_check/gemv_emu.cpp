@@ -158,10 +158,11 @@ void report(const char* what, int rows, int R, const std::vector<int>& blocks,
 // after another, each part's [ceil(rows_i / 128), ceil(cols / 128)] tile scales after the
 // previous part's (parts but the last have rows % 128 == 0). The reference reads each part's own
 // scales by the row's index inside its part.
-template <int E5M2, bool TILED, int DEC, int R, int U>
+// SPLIT: gemv_fp8_row1_split2 (two warps per R rows, 2R rows per block).
+template <int E5M2, bool TILED, int DEC, int R, int U, bool SPLIT = false>
 void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20, int mid = 0) {
-    // Rows per block: 4 warps of R rows.
-    constexpr int RB = 4 * R;
+    // Rows per block: 4 warps of R rows (2 pairs of warps with SPLIT).
+    constexpr int RB = SPLIT ? 2 * R : 4 * R;
     int rows = 0;
     for (int p : parts) rows += p;
     std::vector<uint8_t> w((size_t)rows * cols);
@@ -189,11 +190,14 @@ void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20,
     auto blocks = sample_blocks(grid, edge, mid, rng);
     const RmsFold nofold{};
     launch_blocks(blocks, grid, 128, [&] {
-        gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
+        if constexpr (SPLIT)
+            gemv_fp8_row1_split2<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
+        else
+            gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
     });
     char name[80];
-    snprintf(name, 80, "fp8 %s%s R%dU%d d%d%s%s", E5M2 ? "e5m2" : "e4m3", TILED ? "_b" : "_t",
-             R, U, DEC, lanes ? " lanes" : "", parts.size() > 1 ? " st" : "");
+    snprintf(name, 80, "fp8 %s%s R%dU%d%s d%d%s%s", E5M2 ? "e5m2" : "e4m3", TILED ? "_b" : "_t",
+             R, U, SPLIT ? "s2" : "", DEC, lanes ? " lanes" : "", parts.size() > 1 ? " st" : "");
     // Rows of the sampled blocks map onto weight rows (a missing last row re-reads the last);
     // a row group wholly past the end reads nothing.
     std::vector<int> slots(rows, 0);
@@ -252,7 +256,7 @@ void check_h(int rows, int cols, int edge = 1 << 20, int mid = 0) {
     g_reads = nullptr;
 }
 
-// Every one-row variant of kernels/gemv_fp8.cu (FP8_ROW1_ALL: R, U) on one case, in both
+// Every one-row variant of kernels/gemv_fp8.cu (FP8_ROW1_ALL: R, U, split) on one case, in both
 // weight orders.
 template <int E5M2, bool TILED, int DEC>
 void all_variants(std::vector<int> parts, int cols, int edge = 1 << 20, int mid = 0) {
@@ -262,6 +266,7 @@ void all_variants(std::vector<int> parts, int cols, int edge = 1 << 20, int mid 
         check_fp8<E5M2, TILED, DEC, 4, 4>(parts, cols, lanes, edge, mid);
         check_fp8<E5M2, TILED, DEC, 8, 2>(parts, cols, lanes, edge, mid);
         check_fp8<E5M2, TILED, DEC, 4, 6>(parts, cols, lanes, edge, mid);
+        check_fp8<E5M2, TILED, DEC, 8, 3, true>(parts, cols, lanes, edge, mid);
     }
 }
 

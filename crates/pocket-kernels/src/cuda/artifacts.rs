@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "96877381426618bcac7b366c48ea91f18d722cfd13e639688c4c502880fa2a9c";
+    "3812f783ee9f795f3ab5ffb273e4a4a2562df3b19a33cb030a17f54e462f96f6";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

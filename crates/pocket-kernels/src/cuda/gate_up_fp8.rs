@@ -79,6 +79,8 @@ impl Fp8GateUp {
         let mut v = match plain {
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => Fp8GateUp::Warp4,
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
+            // Same loads in flight per thread as n1d6 (no split form of the fused kernel).
+            Fp8Row1::Warp8Split2 => Fp8GateUp::Warp2,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {

@@ -38,22 +38,29 @@ pub enum Fp8Row1 {
     Warp8Deep,
     /// [`Fp8Row1::Warp4`] with 6 steps in flight (24 loads per thread, `_n1d6`; 3 blocks per SM).
     Warp4Deep6,
+    /// 8 rows per pair of warps, each warp half of every row's columns, 3 steps in flight (24
+    /// loads per thread, `_n1w8s2`; 16 rows per block, 3 blocks per SM): n1d6's warps per SM
+    /// with half its activation loads per weight byte (session 13; not yet measured on a GPU,
+    /// so [`Fp8Row1::for_shape`] takes it only with `POCKET_FP8_SPLIT8=1`).
+    Warp8Split2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 5] = [
+    pub const ALL: [Fp8Row1; 6] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
+        Fp8Row1::Warp8Split2,
     ];
 
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
+            Fp8Row1::Warp8Split2 => 16,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }
@@ -66,7 +73,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp4 => 6,
             Fp8Row1::Warp8 => 7,
             Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
-            Fp8Row1::Warp4Deep6 => 3,
+            Fp8Row1::Warp4Deep6 | Fp8Row1::Warp8Split2 => 3,
         }
     }
 
@@ -78,6 +85,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp4Deep => "warp4d",
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
+            Fp8Row1::Warp8Split2 => "warp8s2",
         }
     }
 
@@ -111,12 +119,20 @@ impl Fp8Row1 {
             && DEEP6.on()
             && blocks <= Fp8Row1::Warp4Deep6.blocks_per_sm() * sms
         {
-            Fp8Row1::Warp4Deep6
+            if SPLIT8.on() {
+                Fp8Row1::Warp8Split2
+            } else {
+                Fp8Row1::Warp4Deep6
+            }
         } else {
             deep
         }
     }
 }
+
+/// `POCKET_FP8_SPLIT8=1`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Warp8Split2`] where it would
+/// take [`Fp8Row1::Warp4Deep6`] (A/B; off until measured).
+static SPLIT8: EnvSwitch = EnvSwitch::off_unless_one("POCKET_FP8_SPLIT8");
 
 /// `POCKET_FP8_DEEP6=0`: [`Fp8Row1::for_shape`] stops at the 4-step deep form (A/B).
 static DEEP6: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP6");
@@ -130,7 +146,7 @@ const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d|warp4d6 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6|warp8s2 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
 /// [`CudaBackend::set_fp8_gemv`].
 static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
@@ -142,6 +158,7 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
         Some(Fp8Row1::Warp4Deep),
         Some(Fp8Row1::Warp8Deep),
         Some(Fp8Row1::Warp4Deep6),
+        Some(Fp8Row1::Warp8Split2),
     ],
     |v| match v.and_then(Fp8Row1::parse) {
         Some(f) => Some(f),
@@ -382,7 +399,8 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen.len(), 30);
+        // Per variant: E4M3 tiled or not, with or without the integer decode; E5M2 tiled or not.
+        assert_eq!(seen.len(), 6 * Fp8Row1::ALL.len());
     }
 
     #[test]

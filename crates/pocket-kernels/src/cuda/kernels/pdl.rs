@@ -42,12 +42,13 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Gemv, "gemv_q8w_*"),
     (ModuleId::Gemv, "gemv_h_*"),
     // The one-row FP8 variants (one template): `_n1`, `_n1w8`, their deep forms `_n1d`,
-    // `_n1w8d`, `_n1d6`, and the `_bits` decode of all of them.
+    // `_n1w8d`, `_n1d6`, the column-split `_n1w8s2`, and the `_bits` decode of all of them.
     (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d6"),
+    (ModuleId::GemvFp8, "gemv_fp8_*_n1w8s2"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
     (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
