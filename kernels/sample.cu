@@ -206,17 +206,18 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
             });
             __syncthreads();
         }
-        uint32_t tk = 0;
+        // The set by key holds exactly the tokens at or above the radix selection's top-k key.
+        uint32_t tk = by_key ? key_floor : 0u;
         float wmin = 0.f;
         if (set >= 0) {
             // Warp 0 bisects the set alone: each step is a warp sum, not two block barriers
-            // (~60 steps for top-k and top-p together).
+            // (~60 steps for top-k and top-p together; top-p alone for the set by key).
             if (tid < 32) {
                 auto set_cands = [&](auto f) {
                     for (int j = tid; j < nc; j += 32) f(cs.key[j], cs.w[j]);
                 };
                 cut_offs(set_cands, [](float x) { return warp_sum(x); }, kk, top_p, st[1], key_max, tk,
-                         wmin);
+                         wmin, by_key);
                 if (tid == 0) {
                     cut_sh[0] = tk;
                     cut_sh[1] = __float_as_uint(wmin);

@@ -199,12 +199,14 @@ DEVI float topp_weight(C cands, R total, uint32_t tk, float target) {
 }
 
 // The cut-offs (top-k key, smallest kept weight before min-p) over `cands`, summed by `total`.
+// tk_known: the top-k key is `tk` already (the radix selection's, over the whole row: the
+// bisection over a set holding every candidate at or above it would find the same key).
 template <class C, class R>
 DEVI void cut_offs(C cands, R total, int kk, float top_p, float zall, uint32_t key_max, uint32_t& tk,
-                   float& wmin) {
-    tk = 0;
+                   float& wmin, bool tk_known = false) {
+    if (!tk_known) tk = 0;
     wmin = 0.f;
-    if (kk > 0) tk = topk_key(cands, total, kk, key_max);
+    if (kk > 0 && !tk_known) tk = topk_key(cands, total, kk, key_max);
     if (top_p < 1.f) {
         const float zk = kk > 0 ? kept_mass(cands, total, tk) : zall;
         wmin = topp_weight(cands, total, tk, top_p * zk);

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3812f783ee9f795f3ab5ffb273e4a4a2562df3b19a33cb030a17f54e462f96f6";
+    "eb79277ec5a043843a2eb7b8342d61634f4c6b3a4270c3715f3a40b14cced874";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
