@@ -204,9 +204,8 @@ DEVI float topp_weight(C cands, R total, uint32_t tk, float target) {
 template <class C, class R>
 DEVI void cut_offs(C cands, R total, int kk, float top_p, float zall, uint32_t key_max, uint32_t& tk,
                    float& wmin, bool tk_known = false) {
-    if (!tk_known) tk = 0;
+    if (!tk_known) tk = kk > 0 ? topk_key(cands, total, kk, key_max) : 0u;
     wmin = 0.f;
-    if (kk > 0 && !tk_known) tk = topk_key(cands, total, kk, key_max);
     if (top_p < 1.f) {
         const float zk = kk > 0 ? kept_mass(cands, total, tk) : zall;
         wmin = topp_weight(cands, total, tk, top_p * zk);

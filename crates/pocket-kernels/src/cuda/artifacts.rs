@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "eb79277ec5a043843a2eb7b8342d61634f4c6b3a4270c3715f3a40b14cced874";
+    "35f7889f8e9abe5eaadb9b2fd55d52856352b8e1714c0ab30f536502ea8bcc19";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

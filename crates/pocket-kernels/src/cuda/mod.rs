@@ -238,11 +238,11 @@ impl CudaBackend {
         let pool = Pool::new(ctx.clone());
         static SYNC_EACH: switch::EnvSwitch = switch::EnvSwitch::off_unless_one("POCKET_CUDA_SYNC");
         let pdl_supported = kernels.artifact == Artifact::Sm90Cubin && cc.0 >= 9;
-        kernels.set_constant_i32(&stream, "pdl_sms", |_| sm_count as i32)?;
+        kernels.set_constant(&stream, "pdl_sms", |_| sm_count as i32)?;
         let lanes = matmul_fp8::TILE_LANES.on() as i32;
-        kernels.set_constant_i32(&stream, "fp8_lanes", |_| lanes)?;
+        kernels.set_constant(&stream, "fp8_lanes", |_| lanes)?;
         let early_state = recurrent::EARLY_STATE.on() as i32;
-        kernels.set_constant_i32(&stream, "fd_early_state", |_| early_state)?;
+        kernels.set_constant(&stream, "fd_early_state", |_| early_state)?;
         let trace = if pdl_supported && step_trace::STEP_TRACE.on() {
             let t = step_trace::StepTrace::new(ctx.clone(), stream.clone(), &pool)?;
             kernels.set_constant(&stream, "pdl_trace", |_| t.ptr())?;
@@ -321,7 +321,7 @@ impl CudaBackend {
     /// `POCKET_PDL_EARLY`. Affects launches and graph replays that run after it.
     pub fn set_pdl_early(&self, early: PdlEarly) -> Result<()> {
         self.kernels
-            .set_constant_i32(&self.stream, "pdl_early", |m| early.mask(m))
+            .set_constant(&self.stream, "pdl_early", |m| early.mask(m))
     }
 
     /// Forgets the cached activation quantization (see `q8_cache`).

@@ -6,7 +6,7 @@
 use pocket_quant::QuantFormat;
 
 use super::kernels::{Kernel, ProbeGemvPart};
-use super::matmul_fp8::{weight_ptrs, Fp8Kind};
+use super::matmul_fp8::{prepare, weight_ptrs, Fp8Kind};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
@@ -58,15 +58,8 @@ impl CudaBackend {
         bar: &Tensor,
     ) -> Result<()> {
         const OP: &str = "probe_fp8_chain";
-        let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
-        for w in [w1, w2] {
-            if w.format != QuantFormat::Fp8E4M3Block128 {
-                return Err(shape_err(
-                    OP,
-                    format!("{} weight (FP8 E4M3 128x128 only)", w.format),
-                ));
-            }
-        }
+        let (p1, s1) = self.probe_weight(OP, w1)?;
+        let (p2, s2) = self.probe_weight(OP, w2)?;
         let (r, c) = (w1.rows / layers.max(1), w1.cols);
         let fits = layers > 0
             && w1.rows == layers * r
@@ -96,8 +89,6 @@ impl CudaBackend {
                 ),
             ));
         }
-        let (p1, s1) = weight_ptrs(self, OP, kind, w1)?;
-        let (p2, s2) = weight_ptrs(self, OP, kind, w2)?;
         let pa = self.ptr_of(OP, "xa", xa, DType::F32)?;
         let pb = self.ptr_of(OP, "xb", xb, DType::F32)?;
         let bar = self.ptr_of(OP, "barrier", bar, DType::U32)?;
@@ -135,17 +126,7 @@ impl CudaBackend {
         sink: &mut Tensor,
     ) -> Result<()> {
         const OP: &str = "probe_read";
-        let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
-        if w.format != QuantFormat::Fp8E4M3Block128 || !w.cols.is_multiple_of(16) || w.rows == 0 {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "{} weight [{}, {}] (FP8 E4M3 128x128, cols a multiple of 16)",
-                    w.format, w.rows, w.cols
-                ),
-            ));
-        }
-        let (p, _) = weight_ptrs(self, OP, kind, w)?;
+        let (p, _) = self.probe_weight(OP, w)?;
         let sink = self.ptr_of(OP, "sink", sink, DType::F32)?;
         if stream {
             let n16 = (w.rows * w.cols / 16) as i64;
@@ -179,36 +160,31 @@ impl CudaBackend {
         out: &mut Tensor,
     ) -> Result<()> {
         const OP: &str = "probe_gemv";
-        let kind = Fp8Kind::of(QuantFormat::Fp8E4M3Block128).expect("an FP8 format");
-        if w.format != QuantFormat::Fp8E4M3Block128
-            || !w.cols.is_multiple_of(16)
-            || w.rows == 0
-            || x.shape != [1, w.cols]
-            || out.shape != [1, w.rows]
-        {
-            return Err(shape_err(
-                OP,
-                format!(
-                    "{} weight [{}, {}] (FP8 E4M3 128x128, cols a multiple of 16), x {:?}, out {:?}",
-                    w.format,
-                    w.rows,
-                    w.cols,
-                    x.shape,
-                    out.shape
-                ),
-            ));
+        self.probe_weight(OP, w)?;
+        let kind = Fp8Kind::of(w.format).expect("an FP8 format");
+        let p = prepare(self, OP, kind, x, w, out)?;
+        if p.n != 1 {
+            return Err(shape_err(OP, format!("x {:?} is not one row", x.shape)));
         }
-        let (p, s) = weight_ptrs(self, OP, kind, w)?;
-        let xp = self.ptr_of(OP, "x", x, DType::F32)?;
-        let op = self.ptr_of(OP, "out", out, DType::F32)?;
-        let grid = w.rows.div_ceil(ROWS_PER_BLOCK) as u32;
         self.launch(
             OP,
             Kernel::ProbeGemv(part),
-            (grid, 1, 1),
+            (p.rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
             128,
-            args![p, s, xp, op, w.rows as i32, w.cols as i32],
+            args![p.w, p.scales, p.x, p.out, p.rows as i32, p.cols as i32],
         )
+    }
+
+    /// The codes and tile scales of `w`: the probes take FP8 E4M3 with 128x128 tile scales only.
+    fn probe_weight(&self, op: &'static str, w: &Weight) -> Result<(u64, u64)> {
+        if w.format != QuantFormat::Fp8E4M3Block128 {
+            return Err(shape_err(
+                op,
+                format!("{} weight (FP8 E4M3 128x128 only)", w.format),
+            ));
+        }
+        let kind = Fp8Kind::of(w.format).expect("an FP8 format");
+        weight_ptrs(self, op, kind, w)
     }
 
     /// The two u32 words of the persistent probes' grid barrier (count, generation), zeroed:

@@ -111,10 +111,11 @@ impl StepTrace {
             .map_err(|e| cuda_err(OP, e))
     }
 
-    /// Waits for the replay and reads its stamps back.
-    fn read(&self) -> Result<Vec<u64>> {
+    /// Waits for the replay and reads back its stamps: the count and at most `want + 1` stamps
+    /// (`want`: the graph's stamping launches; one more shows a surplus as another count).
+    fn read(&self, want: usize) -> Result<Vec<u64>> {
         const OP: &str = "step_trace";
-        let mut raw = vec![0u8; 8 * (1 + TRACE_CAP)];
+        let mut raw = vec![0u8; 8 * (2 + want.min(TRACE_CAP - 1))];
         self.ctx.bind_to_thread().map_err(|e| cuda_err(OP, e))?;
         // SAFETY: `raw` has the buffer's length; the copy is waited for before `raw` is read.
         unsafe { dr::memcpy_dtoh_async(&mut raw[..], self.buf.ptr(), self.stream.cu_stream()) }
@@ -124,7 +125,7 @@ impl StepTrace {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
-        let n = (words[0] as usize).min(TRACE_CAP);
+        let n = (words[0] as usize).min(words.len() - 1);
         Ok(words[1..1 + n].to_vec())
     }
 }
@@ -135,10 +136,8 @@ struct Stats {
     replays: usize,
     /// Replays whose stamp count differed from the first one's (not summed).
     other_count: usize,
-    /// Σ (stamp i+1 - stamp i) in ns, per i.
+    /// Σ (stamp i+1 - stamp i) in ns, per i (their total is the first-to-last span).
     sums: Vec<f64>,
-    /// Σ (last stamp - first stamp) in ns.
-    span: f64,
 }
 
 impl Stats {
@@ -154,7 +153,6 @@ impl Stats {
         for (i, w) in stamps.windows(2).enumerate() {
             self.sums[i] += w[1].saturating_sub(w[0]) as f64;
         }
-        self.span += stamps[stamps.len() - 1].saturating_sub(stamps[0]) as f64;
         self.replays += 1;
         true
     }
@@ -181,7 +179,8 @@ impl Stats {
             "{marks} stamps per replay, {} PDL-aware launches captured ({alignment})",
             names.len()
         );
-        let _ = writeln!(out, "first to last stamp: {:.1} us", s.span / n / 1e3);
+        let span_us = s.sums.iter().sum::<f64>() / n / 1e3;
+        let _ = writeln!(out, "first to last stamp: {span_us:.1} us");
         let name = |i: usize| -> &str {
             if aligned {
                 &names[i]
@@ -203,13 +202,12 @@ impl Stats {
             "\n{:56} launches  us/replay  us each  share",
             "kernel (grid)"
         );
-        let total: f64 = rows.iter().map(|r| r.1 .1).sum();
         for (k, (count, us)) in &rows {
             let _ = writeln!(
                 out,
                 "{k:56} {count:8} {us:10.1} {:8.2} {:5.1}%",
                 us / *count as f64,
-                100.0 * us / total.max(1e-9)
+                100.0 * us / span_us.max(1e-9)
             );
         }
         let _ = writeln!(out, "\nindex {:56} us (to the next stamp)", "kernel (grid)");
@@ -233,7 +231,7 @@ impl GraphTrace {
     pub(super) fn traced(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
         self.trace.reset()?;
         launch()?;
-        let stamps = self.trace.read()?;
+        let stamps = self.trace.read(self.names.len())?;
         let Ok(mut s) = self.stats.lock() else {
             return Ok(());
         };

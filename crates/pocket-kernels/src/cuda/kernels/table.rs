@@ -53,18 +53,9 @@ impl KernelTable {
         })
     }
 
-    /// Writes `value(module)` to the `__constant__ int` `name` of every module that has one (in
-    /// stream order on `stream`, so launches queued after it see the new value).
-    pub(crate) fn set_constant_i32(
-        &self,
-        stream: &Arc<cudarc::driver::CudaStream>,
-        name: &str,
-        value: impl Fn(ModuleId) -> i32,
-    ) -> Result<()> {
-        self.set_constant(stream, name, value)
-    }
-
-    /// [`Self::set_constant_i32`] for any plain constant type (`unsigned long long` as `u64`).
+    /// Writes `value(module)` to the `__constant__` `name` of every module that has one (in stream
+    /// order on `stream`, so launches queued after it see the new value): `int` as `i32`,
+    /// `unsigned long long` as `u64`.
     pub(crate) fn set_constant<T: cudarc::driver::DeviceRepr + Copy>(
         &self,
         stream: &Arc<cudarc::driver::CudaStream>,
