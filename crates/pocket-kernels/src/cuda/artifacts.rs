@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "35f7889f8e9abe5eaadb9b2fd55d52856352b8e1714c0ab30f536502ea8bcc19";
+    "982fb216f430a6508a9be22c64b70b5a4e78226342716237e7adeb3038208fc8";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +24,8 @@ pub enum ModuleId {
     Gemv,
     /// `kernels/gemv_fp8.cu`.
     GemvFp8,
+    /// `kernels/gemv_q8_epi.cu`.
+    GemvQ8Epi,
     /// `kernels/norm.cu`.
     Norm,
     /// `kernels/persist_probe.cu`.
@@ -47,6 +49,7 @@ impl ModuleId {
         ModuleId::Elementwise,
         ModuleId::Gemv,
         ModuleId::GemvFp8,
+        ModuleId::GemvQ8Epi,
         ModuleId::Norm,
         ModuleId::PersistProbe,
         ModuleId::QkvRope,
@@ -65,6 +68,7 @@ impl ModuleId {
             ModuleId::Elementwise => "elementwise",
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
+            ModuleId::GemvQ8Epi => "gemv_q8_epi",
             ModuleId::Norm => "norm",
             ModuleId::PersistProbe => "persist_probe",
             ModuleId::QkvRope => "qkv_rope",
@@ -84,6 +88,7 @@ impl ModuleId {
             ModuleId::Elementwise => include_str!("../../ptx/elementwise.ptx"),
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
+            ModuleId::GemvQ8Epi => include_str!("../../ptx/gemv_q8_epi.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
             ModuleId::PersistProbe => include_str!("../../ptx/persist_probe.ptx"),
             ModuleId::QkvRope => include_str!("../../ptx/qkv_rope.ptx"),
@@ -103,6 +108,7 @@ impl ModuleId {
             ModuleId::Elementwise => include_bytes!("../../ptx/elementwise.sm90.cubin"),
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
+            ModuleId::GemvQ8Epi => include_bytes!("../../ptx/gemv_q8_epi.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
             ModuleId::PersistProbe => include_bytes!("../../ptx/persist_probe.sm90.cubin"),
             ModuleId::QkvRope => include_bytes!("../../ptx/qkv_rope.sm90.cubin"),

@@ -96,10 +96,16 @@ impl Fp8GateUp {
 /// `silu_mul_halves` (two launches) instead of the fused kernel.
 static GATE_UP_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_GATE_UP_FUSED");
 
+/// Whether `POCKET_GATE_UP_FUSED` allows a fused `[gate; up]` GEMV (FP8 here, dp4a in
+/// cuda/gemv_q8_epi.rs).
+pub(crate) fn gate_up_fused_on() -> bool {
+    GATE_UP_FUSED.on()
+}
+
 /// Whether the CUDA backend's `matmul_silu_halves` takes the fused FP8 kernel for `w` and `x`:
 /// an FP8 weight, one activation row, and `POCKET_GATE_UP_FUSED` not `0`.
 pub(crate) fn gate_up_fused_applies(x: &Tensor, w: &Weight) -> bool {
-    Fp8Kind::of(w.format).is_some() && x.rows() == 1 && GATE_UP_FUSED.on()
+    Fp8Kind::of(w.format).is_some() && x.rows() == 1 && gate_up_fused_on()
 }
 
 /// `out [1, inter] = silu(x · W[..inter]ᵀ) * (x · W[inter..]ᵀ)` for a stacked FP8 `[gate; up]`

@@ -41,6 +41,8 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Gemv, "gemv_q8r*"),
     (ModuleId::Gemv, "gemv_q8w_*"),
     (ModuleId::Gemv, "gemv_h_*"),
+    // gemv_q8e_*, gemv_q8g_* and their 64-thread forms.
+    (ModuleId::GemvQ8Epi, "gemv_q8*"),
     // The one-row FP8 variants (one template): `_n1`, `_n1w8`, their deep forms `_n1d`,
     // `_n1w8d`, `_n1d6`, the column-split `_n1w8s2`, and the `_bits` decode of all of them.
     (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
