@@ -217,7 +217,7 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
     int rix[R];
 #pragma unroll
     for (int i = 0; i < R; i++) rix[i] = min(r0 + i, rows - 1);
-    gemv_q8r_rows<D, T, R, PF, MINB>(w, xq, xd, xs, rows, cols, rix, part);
+    gemv_q8r_rows<D, T, R, PF, MINB>(w, xq, xd, xs, rows, cols, rix, part, [] {});
     if (tid < R && r0 + tid < rows) out[r0 + tid] = gemv_q8r_total<T, R>(part, tid);
 }
 

@@ -54,20 +54,21 @@ DEVI void load8_cg(const float* src, bool valid, float* v) {
     v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
-// After this block wrote outputs o0 .. o0 + per of `vec` (and the residual, when producing):
-// the last block of the 256-output group quantizes the group and, when producing, writes the sum
-// of the residual's squares (lane order, then the xor butterfly: the same bits whichever block
-// is last). Called by every thread.
+// Warp 0, after its lanes < per wrote outputs o0 .. o0 + per of `vec` (and the residual, when
+// producing): the last block of the 256-output group quantizes the group and, when producing,
+// writes the sum of the residual's squares (lane order, then the xor butterfly: the same bits
+// whichever block is last). Only the writing lanes fence and only lane 0 counts, so the other
+// warps of the block have already left (their slots free for the next blocks).
 DEVI void epi_group_end(const Q8Epi& e, const float* vec, int o0, int per) {
-    __shared__ int last;
-    __threadfence();  // this thread's stores, before the block's arrival is counted
-    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    if (lane < per) __threadfence();  // this lane's stores, before the block's arrival counts
+    __syncwarp();
     const int g = o0 / 256, len = min(256, e.nout - 256 * g);
-    if (threadIdx.x == 0) last = atomicAdd(e.counters + g, 1) == len / per - 1;
-    __syncthreads();
-    if (!last || threadIdx.x >= 32) return;
+    int last = 0;
+    if (lane == 0) last = atomicAdd(e.counters + g, 1) == len / per - 1;
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
     __threadfence();  // the other blocks' stores, counted before ours, are visible past here
-    const int lane = threadIdx.x, nvalid = len / 32;
+    const int nvalid = len / 32;
     const bool valid = (lane >> 2) < nvalid;
     const size_t e0 = 256 * (size_t)g, b0 = 8 * (size_t)g;
     float v[8];
@@ -95,37 +96,59 @@ __device__ void gemv_q8e(const uint8_t* __restrict__ w, const int8_t* __restrict
                          const float* __restrict__ xd, const float* __restrict__ xs, float* out,
                          int rows, int cols, const Q8Epi& e) {
     constexpr int R = GEMVR_ROWS, H = R / 2;
-    __shared__ float part[T / 32][R];
-    __shared__ float sh[1];
-    const int tid = threadIdx.x;
     constexpr int per = GLU ? H : R;  // outputs per block
+    __shared__ float part[T / 32][R];
+    __shared__ float scale_sh;
+    const int tid = threadIdx.x;
     int rix[R];
 #pragma unroll
     for (int i = 0; i < R; i++) {
         const int o = blockIdx.x * per + i % per;
         rix[i] = GLU ? (i < H ? o : e.inter + o) : min(o, rows - 1);
     }
-    gemv_q8r_rows<D, T, R, D::PF, MINB>(w, xq, xd, xs, rows, cols, rix, part);
-    const int o0 = blockIdx.x * per;
-    float scale = 1.f;
-    if (e.fold.parts_in) {
-        float ss = 0.f;
-        if (tid < 32) ss = rms_fold_sum(e.fold.parts_in, e.fold.nparts);
-        scale = rms_fold_block_scale(ss, cols, e.fold.eps, sh);
-        rms_fold_materialize(e.xg_in, scale, cols, e.fold);
+    // The epilogue's inputs from the previous kernel are read right after its pdl_wait() (into
+    // shared memory, so no register stays live through the main loop): the fold's parts (warp
+    // 0 turns them into the scale), the residual rows this block adds to, and the first element
+    // per thread of this block's share of `normed` (rms_fold_materialize's share); the norm
+    // weight beside them.
+    __shared__ float xg_sh[T], res_sh[per], g_sh[per];
+    const int share = (cols + gridDim.x - 1) / gridDim.x;
+    gemv_q8r_rows<D, T, R, D::PF, MINB>(w, xq, xd, xs, rows, cols, rix, part, [&] {
+        if (e.fold.parts_in) {
+            if (tid < 32) {
+                const float ss = rms_fold_sum(e.fold.parts_in, e.fold.nparts);
+                if (tid == 0) scale_sh = rms_fold_inv(ss, cols, e.fold.eps);
+            }
+            const int i = (int)blockIdx.x * share + tid;
+            if (e.fold.normed && tid < share && i < cols) xg_sh[tid] = e.xg_in[i];
+        }
+        const int o = (int)blockIdx.x * per + tid;
+        if (e.fold.res && tid < per && o < e.nout) {
+            res_sh[tid] = e.fold.res[o];
+            g_sh[tid] = e.fold.g[o];
+        }
+    });
+    // The core's closing barrier published the shared values.
+    const float scale = e.fold.parts_in ? scale_sh : 1.f;
+    if (e.fold.parts_in && e.fold.normed) {
+        const int i0 = min((int)blockIdx.x * share, cols), i1 = min(i0 + share, cols);
+        if (i0 + tid < i1) e.fold.normed[i0 + tid] = xg_sh[tid] * scale;
+        for (int i = i0 + tid + T; i < i1; i += T) e.fold.normed[i] = e.xg_in[i] * scale;
     }
-    const int o = o0 + tid;
-    if (tid < per && o < e.nout) {
+    const int o = (int)blockIdx.x * per + tid;
+    const bool mine = tid < per && o < e.nout;
+    if (tid >= 32) return;
+    if (mine) {
         float v = gemv_q8r_total<T, R>(part, tid) * scale;
         if (GLU) v = swiglu_f(v, gemv_q8r_total<T, R>(part, tid + H) * scale);
         out[o] = v;
         if (e.fold.res) {
-            const float r = e.fold.res[o] + v;
+            const float r = res_sh[tid] + v;
             e.fold.res[o] = r;
-            e.fold.xg[o] = r * e.fold.g[o];
+            e.fold.xg[o] = r * g_sh[tid];
         }
     }
-    if (e.q8.q) epi_group_end(e, e.fold.res ? e.fold.xg : out, o0, per);
+    if (e.q8.q) epi_group_end(e, e.fold.res ? e.fold.xg : out, blockIdx.x * per, per);
 }
 
 // gemv_q8e_<fmt> (plain rows) and gemv_q8g_<fmt> (SwiGLU): gemv_q8r_<fmt>'s block and

@@ -31,11 +31,14 @@
 // Weight rows rix[0..R) (each < rows) against the quantized activation row: warp w's sum for
 // row i lands in part[w][i]; returns after the barrier, so every thread may read `part`. PF work
 // items per thread and row per pass. MINB: the blocks per SM the kernel's __launch_bounds__
-// guarantee (common.cuh pdl_is_early).
-template <typename D, int T, int R, int PF, int MINB>
+// guarantee (common.cuh pdl_is_early). `after_wait()` runs once right after pdl_wait(), before
+// the first products: an epilogue's loads of the previous kernel's output issued there wait
+// alongside the weight loads instead of after them.
+template <typename D, int T, int R, int PF, int MINB, typename AfterWait>
 DEVI void gemv_q8r_rows(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                         const float* __restrict__ xd, const float* __restrict__ xs, int rows,
-                        int cols, const int (&rix)[R], float (&part)[T / 32][R]) {
+                        int cols, const int (&rix)[R], float (&part)[T / 32][R],
+                        AfterWait after_wait) {
     using F = typename D::Fmt;
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     int nb = cols / D::QK, items = nb * D::TPB;
@@ -61,6 +64,7 @@ DEVI void gemv_q8r_rows(const uint8_t* __restrict__ w, const int8_t* __restrict_
         if (!waited) {
             pdl_wait();
             pdl_trigger_early<MINB>();
+            after_wait();
             waited = true;
         }
 #pragma unroll
@@ -75,6 +79,7 @@ DEVI void gemv_q8r_rows(const uint8_t* __restrict__ w, const int8_t* __restrict_
     if (!waited) {
         pdl_wait();
         pdl_trigger_early<MINB>();
+        after_wait();
     }
     pdl_trigger_late<MINB>();
 #pragma unroll

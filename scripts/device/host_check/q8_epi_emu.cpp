@@ -51,6 +51,17 @@ inline __half __ushort_as_half(uint16_t v) { return {v}; }
 inline float __half2float(__half h) { return h2f(h.v); }
 using std::min; using std::max; using std::isinf;
 #include "fibers.h"
+// A broadcast of lane `src`'s value through the calling warp.
+template <typename V> inline V __shfl_sync(unsigned, V v, int src) {
+    static_assert(sizeof(V) == 4, "32-bit shuffles");
+    int t = threadIdx.x, w = t / 32;
+    memcpy(&g_shfl[t], &v, 4);
+    bar_wait(g_warp[w]);
+    V r;
+    memcpy(&r, &g_shfl[(t & ~31) | (src & 31)], 4);
+    bar_wait(g_warp[w]);
+    return r;
+}
 inline float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
 inline void pdl_wait() {}
 inline void pdl_trigger() {}

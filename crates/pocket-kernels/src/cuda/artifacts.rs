@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "982fb216f430a6508a9be22c64b70b5a4e78226342716237e7adeb3038208fc8";
+    "a04d944cf81d670e82c31969e5c477d0c36f33ee3e920071f20e6042f596b2ee";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -81,6 +81,7 @@ impl Fp8GateUp {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
             // Same loads in flight per thread as n1d6 (no split form of the fused kernel).
             Fp8Row1::Warp8Split2 => Fp8GateUp::Warp2,
+            Fp8Row1::Warp16Split2 => Fp8GateUp::Warp4,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {

@@ -40,20 +40,25 @@ pub enum Fp8Row1 {
     Warp4Deep6,
     /// 8 rows per pair of warps, each warp half of every row's columns, 3 steps in flight (24
     /// loads per thread, `_n1w8s2`; 16 rows per block, 3 blocks per SM): n1d6's warps per SM
-    /// with half its activation loads per weight byte (session 13; not yet measured on a GPU,
-    /// so [`Fp8Row1::for_shape`] takes it only with `POCKET_FP8_SPLIT8=1`).
+    /// with half its activation loads per weight byte. [`Fp8Row1::for_shape`] takes it where
+    /// n1d6 would run (session 14: the 27B FP8 decode 124.1-124.9 against 121.4-121.9 tok/s).
     Warp8Split2,
+    /// 16 rows per pair of warps, 2 steps in flight (32 loads per thread, `_n1w16s2`; 32 rows
+    /// per block, 2 blocks per SM): half [`Fp8Row1::Warp8Split2`]'s activation loads per
+    /// weight byte again, with fewer warps. Benchmarked only (session 14), never chosen.
+    Warp16Split2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 6] = [
+    pub const ALL: [Fp8Row1; 7] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
         Fp8Row1::Warp8Split2,
+        Fp8Row1::Warp16Split2,
     ];
 
     /// Weight rows one 128-thread block covers.
@@ -61,7 +66,7 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
             Fp8Row1::Warp8Split2 => 16,
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep | Fp8Row1::Warp16Split2 => 32,
         }
     }
 
@@ -73,6 +78,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp4 => 6,
             Fp8Row1::Warp8 => 7,
             Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
+            Fp8Row1::Warp16Split2 => 2,
             Fp8Row1::Warp4Deep6 | Fp8Row1::Warp8Split2 => 3,
         }
     }
@@ -86,6 +92,7 @@ impl Fp8Row1 {
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
             Fp8Row1::Warp8Split2 => "warp8s2",
+            Fp8Row1::Warp16Split2 => "warp16s2",
         }
     }
 
@@ -103,6 +110,9 @@ impl Fp8Row1 {
     /// against 27.2 us, 5120x6144 11.5 / 11.8, 16384x5120 22.9 / 23.3, 14336x5120 20.6 / 20.9,
     /// and the whole 27B FP8 decode 120.4 against 115.9 tok/s; past one wave slower (17408 rows:
     /// 544 blocks, 30.1 against 24.3 us; 10240 rows: 640 blocks, 20.5 against 15.4).
+    /// Where the 6-step n1d6 would run, the column-split [`Fp8Row1::Warp8Split2`] (session 14:
+    /// 5120x6144 10.7 against 12.5 us, 5120x17408 24.5 / 27.3, the 27B FP8 decode 124.1-124.9
+    /// against 121.4-121.9 tok/s; `POCKET_FP8_SPLIT8=0` keeps n1d6).
     /// `POCKET_FP8_DEEP=0` keeps the session-5 choice (no deep forms), for A/B runs.
     pub fn for_shape(rows: usize, _cols: usize, sms: usize) -> Fp8Row1 {
         let (plain, deep) = if rows >= WARP8_END_ROWS {
@@ -130,9 +140,9 @@ impl Fp8Row1 {
     }
 }
 
-/// `POCKET_FP8_SPLIT8=1`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Warp8Split2`] where it would
-/// take [`Fp8Row1::Warp4Deep6`] (A/B; off until measured).
-static SPLIT8: EnvSwitch = EnvSwitch::off_unless_one("POCKET_FP8_SPLIT8");
+/// `POCKET_FP8_SPLIT8=0`: [`Fp8Row1::for_shape`] takes [`Fp8Row1::Warp4Deep6`] where it would
+/// take [`Fp8Row1::Warp8Split2`] (A/B).
+static SPLIT8: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_SPLIT8");
 
 /// `POCKET_FP8_DEEP6=0`: [`Fp8Row1::for_shape`] stops at the 4-step deep form (A/B).
 static DEEP6: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_FP8_DEEP6");
@@ -146,7 +156,7 @@ const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d|warp4d6|warp8s2 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6|warp8s2|warp16s2 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
 /// [`CudaBackend::set_fp8_gemv`].
 static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
@@ -159,6 +169,7 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
         Some(Fp8Row1::Warp8Deep),
         Some(Fp8Row1::Warp4Deep6),
         Some(Fp8Row1::Warp8Split2),
+        Some(Fp8Row1::Warp16Split2),
     ],
     |v| match v.and_then(Fp8Row1::parse) {
         Some(f) => Some(f),
@@ -339,18 +350,18 @@ mod tests {
 
     #[test]
     fn row1_variant_per_shape_and_by_name() {
-        use Fp8Row1::{Warp4, Warp4Deep6, Warp8, Warp8Deep};
+        use Fp8Row1::{Warp4, Warp8, Warp8Deep, Warp8Split2};
         // The FP8 projections of Qwen3.5-27B (MLP gate|up and down, DeltaNet qkv|z and out,
         // attention q|gate|k|v and o) and two more on the H200's 132 SMs: the deep forms where
-        // their grid fits in one wave (528 blocks).
+        // their grid fits in one wave (528 blocks), the column-split one where n1d6's would.
         let shapes = [
             (34816, 5120, Warp4),
             (16384, 5120, Warp8Deep),
             (14336, 5120, Warp8Deep),
             (17408, 5120, Warp8),
             (10240, 5120, Warp4),
-            (5120, 17408, Warp4Deep6),
-            (5120, 6144, Warp4Deep6),
+            (5120, 17408, Warp8Split2),
+            (5120, 6144, Warp8Split2),
         ];
         for (r, c, want) in shapes {
             assert_eq!(Fp8Row1::for_shape(r, c, 132), want, "{r}x{c}");
