@@ -140,7 +140,8 @@ pub struct CudaBackend {
 pub enum PdlEarly {
     /// Every GEMV triggers after its main loop (`POCKET_PDL_EARLY=0`).
     None,
-    /// The dp4a GEMVs (kernels/gemv.cu) early, the FP8 ones late (`POCKET_PDL_EARLY=dp4a`).
+    /// The dp4a GEMVs (kernels/gemv.cu, gemv_q8_epi.cu) early, the FP8 ones late
+    /// (`POCKET_PDL_EARLY=dp4a`).
     Dp4a,
     /// Every GEMV early (`POCKET_PDL_EARLY=all`).
     All,
@@ -177,7 +178,10 @@ impl PdlEarly {
     /// Module `m`'s `pdl_early` mask (common.cuh): bit 0 every GEMV early, bit 1 one-wave
     /// launches only.
     fn mask(self, m: artifacts::ModuleId) -> i32 {
-        let dp4a = (m == artifacts::ModuleId::Gemv) as i32;
+        let dp4a = matches!(
+            m,
+            artifacts::ModuleId::Gemv | artifacts::ModuleId::GemvQ8Epi
+        ) as i32;
         match self {
             PdlEarly::None => 0,
             PdlEarly::Dp4a => dp4a,
