@@ -27,7 +27,6 @@
 #include "common.cuh"
 #include "dot_q8.cuh"
 #include "dot_formats.cuh"
-#include "gemv_q8r.cuh"
 
 #define GEMV_MAX_N 8
 #define GEMV_WARPS 4
@@ -191,6 +190,20 @@ __device__ void gemv_q8(const uint8_t* __restrict__ w, const int8_t* __restrict_
         int rows, int cols, int n) {                                                           \
         gemv_q8<D, 8>(w, xq, xd, xs, out, rows, cols, n);                                      \
     }
+// X-macro over every format with a dp4a work item: (suffix, struct).
+#define FOR_EACH_Q8(X) \
+    X(q4_0, DotQ4_0)   \
+    X(q4_1, DotQ4_1)   \
+    X(q5_0, DotQ5_0)   \
+    X(q5_1, DotQ5_1)   \
+    X(q8_0, DotQ8_0)   \
+    X(iq4_nl, DotIQ4_NL) \
+    X(q2_k, DotQ2_K)   \
+    X(q3_k, DotQ3_K)   \
+    X(q4_k, DotQ4_K)   \
+    X(q5_k, DotQ5_K)   \
+    X(q6_k, DotQ6_K)   \
+    X(iq4_xs, DotIQ4_XS)
 FOR_EACH_Q8(DEF_GEMV_Q8)
 
 // gemv_q8w_<fmt>: the n = 1 warp-per-row kernel made PDL-aware, for short rows (<= 64 work items).
@@ -207,19 +220,85 @@ FOR_EACH_Q8(DEF_GEMV_Q8)
 FOR_EACH_Q8(DEF_GEMV_Q8W)
 
 // ---- several rows per block, K split over the block (the n = 1 default) ------------------------
-// gemv_q8r.cuh's core with the plain store; the grid is rows / 4 blocks.
+// Block = GEMVR_THREADS threads over GEMVR_ROWS weight rows. Every thread takes work items
+// tid, tid + GEMVR_THREADS, ... of all the block's rows, so the activation it loads serves
+// GEMVR_ROWS rows (a quarter of the L2 traffic of a warp per row), each warp's loads of one row
+// are 512 contiguous bytes, and each thread has GEMVR_ROWS x PF independent loads in flight. Warp
+// sums meet in shared memory. A 4096-column row is one loop pass; the grid is rows / 4 blocks.
+#define GEMVR_THREADS 128
+#define GEMVR_ROWS 4
+
+// R rows per block (GEMVR_ROWS, or 1 for gemv_q8r1), PF work items per thread and row per pass.
+// MINB: the blocks per SM the kernel's __launch_bounds__ guarantee (common.cuh pdl_is_early).
 template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int MINB = 0>
 __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const float* __restrict__ xs,
                          float* __restrict__ out, int rows, int cols) {
+    using F = typename D::Fmt;
     __shared__ float part[T / 32][R];
-    const int tid = threadIdx.x, r0 = blockIdx.x * R;
-    int rix[R];
+    int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int r0 = blockIdx.x * R;
+    int nb = cols / D::QK, items = nb * D::TPB;
+    const uint8_t *row[R], *aux[R];
 #pragma unroll
-    for (int i = 0; i < R; i++) rix[i] = min(r0 + i, rows - 1);
-    gemv_q8r_rows<D, T, R, PF, MINB>(w, xq, xd, xs, rows, cols, rix, part, [] {});
-    if (tid < R && r0 + tid < rows) out[r0 + tid] = gemv_q8r_total<T, R>(part, tid);
+    for (int i = 0; i < R; i++) row_ptrs<F>(w, rows, nb, min(r0 + i, rows - 1), row[i], aux[i]);
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.f;
+    Q8Act a{xq, xd, xs};
+    bool waited = false;
+    for (int it0 = tid; it0 < items; it0 += T * PF) {
+        typename D::Raw raw[PF][R];
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            int it = it0 + T * u;
+            if (it < items) {
+#pragma unroll
+                for (int i = 0; i < R; i++) raw[u][i] = D::load(row[i], aux[i], it / D::TPB, it % D::TPB);
+            }
+        }
+        // load() reads weights only; the activation blocks come from the previous kernels.
+        if (!waited) {
+            pdl_wait();
+            pdl_trigger_early<MINB>();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            int it = it0 + T * u;
+            if (it < items) {
+#pragma unroll
+                for (int i = 0; i < R; i++) acc[i] += D::dot(raw[u][i], it / D::TPB, it % D::TPB, a);
+            }
+        }
+    }
+    if (!waited) {
+        pdl_wait();
+        pdl_trigger_early<MINB>();
+    }
+    pdl_trigger_late<MINB>();
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float s = warp_sum(acc[i]);
+        if (lane == 0) part[warp][i] = s;
+    }
+    __syncthreads();
+    if (tid < R && r0 + tid < rows) {
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < T / 32; k++) s += part[k][tid];
+        out[r0 + tid] = s;
+    }
 }
+
+// Blocks per SM to fit: 8 (64 registers, a 4096-row matrix in one wave) where the work item
+// compiles without spills at 64 registers, else 1 (the compiler's choice).
+template <typename D> struct Q8rMinBlocks { static constexpr int value = 1; };
+template <> struct Q8rMinBlocks<DotQ4_0> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ4_1> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ8_0> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ2_K> { static constexpr int value = 8; };
+template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
 
 #define DEF_GEMV_Q8R(name, D)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMVR_THREADS, Q8rMinBlocks<D>::value)       \

@@ -347,9 +347,8 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
         gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
     }
-// n1w8s2: 8 rows per pair of warps, each warp half the columns, 3 steps (24 loads per thread);
-// n1w16s2: 16 rows per pair, 2 steps (32 loads per thread, 2 blocks per SM), half n1w8s2's
-// activation loads per weight byte again (session 14, measured in bench_fp8_gemv_27b only).
+// n1w8s2: 8 rows per pair of warps, each warp half the columns, 3 steps (24 loads per thread).
+// (n1w16s2, 16 rows per pair with 2 steps, was slower on every 27B shape in session 14.)
 #define FP8_ROW1_SPLIT2(name, sfx, e5m2, tiled, dec, R, U, MINB)                              \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
@@ -362,8 +361,7 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
     FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
     FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
     FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_ROW1_SPLIT2(name, n1w8s2##tag, e5m2, tiled, dec, 8, 3, 3)                              \
-    FP8_ROW1_SPLIT2(name, n1w16s2##tag, e5m2, tiled, dec, 16, 2, 2)
+    FP8_ROW1_SPLIT2(name, n1w8s2##tag, e5m2, tiled, dec, 8, 3, 3)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

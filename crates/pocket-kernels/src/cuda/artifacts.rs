@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "a04d944cf81d670e82c31969e5c477d0c36f33ee3e920071f20e6042f596b2ee";
+    "855f4a98667b3fee908a3d8fbf8983a088f338f8b96e4428c0bdf99bcc7452cd";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,8 +24,6 @@ pub enum ModuleId {
     Gemv,
     /// `kernels/gemv_fp8.cu`.
     GemvFp8,
-    /// `kernels/gemv_q8_epi.cu`.
-    GemvQ8Epi,
     /// `kernels/norm.cu`.
     Norm,
     /// `kernels/persist_probe.cu`.
@@ -49,7 +47,6 @@ impl ModuleId {
         ModuleId::Elementwise,
         ModuleId::Gemv,
         ModuleId::GemvFp8,
-        ModuleId::GemvQ8Epi,
         ModuleId::Norm,
         ModuleId::PersistProbe,
         ModuleId::QkvRope,
@@ -68,7 +65,6 @@ impl ModuleId {
             ModuleId::Elementwise => "elementwise",
             ModuleId::Gemv => "gemv",
             ModuleId::GemvFp8 => "gemv_fp8",
-            ModuleId::GemvQ8Epi => "gemv_q8_epi",
             ModuleId::Norm => "norm",
             ModuleId::PersistProbe => "persist_probe",
             ModuleId::QkvRope => "qkv_rope",
@@ -88,7 +84,6 @@ impl ModuleId {
             ModuleId::Elementwise => include_str!("../../ptx/elementwise.ptx"),
             ModuleId::Gemv => include_str!("../../ptx/gemv.ptx"),
             ModuleId::GemvFp8 => include_str!("../../ptx/gemv_fp8.ptx"),
-            ModuleId::GemvQ8Epi => include_str!("../../ptx/gemv_q8_epi.ptx"),
             ModuleId::Norm => include_str!("../../ptx/norm.ptx"),
             ModuleId::PersistProbe => include_str!("../../ptx/persist_probe.ptx"),
             ModuleId::QkvRope => include_str!("../../ptx/qkv_rope.ptx"),
@@ -108,7 +103,6 @@ impl ModuleId {
             ModuleId::Elementwise => include_bytes!("../../ptx/elementwise.sm90.cubin"),
             ModuleId::Gemv => include_bytes!("../../ptx/gemv.sm90.cubin"),
             ModuleId::GemvFp8 => include_bytes!("../../ptx/gemv_fp8.sm90.cubin"),
-            ModuleId::GemvQ8Epi => include_bytes!("../../ptx/gemv_q8_epi.sm90.cubin"),
             ModuleId::Norm => include_bytes!("../../ptx/norm.sm90.cubin"),
             ModuleId::PersistProbe => include_bytes!("../../ptx/persist_probe.sm90.cubin"),
             ModuleId::QkvRope => include_bytes!("../../ptx/qkv_rope.sm90.cubin"),

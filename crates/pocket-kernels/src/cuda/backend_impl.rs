@@ -466,10 +466,9 @@ impl Backend for CudaBackend {
         out: &mut Tensor,
     ) -> Result<()> {
         // One row of FP8 weights: gemv_fp8_silu, one launch (`POCKET_GATE_UP_FUSED=0`: off).
-        // One row of dp4a weights: gemv_q8g, one launch that also quantizes `out` (same switch).
         if super::gate_up_fp8::gate_up_fused_applies(x, w) {
             super::gate_up_fp8::gate_up_silu(self, x, w, out, None)?;
-        } else if !super::gemv_q8_epi::gate_up_silu(self, x, w, out)? {
+        } else {
             self.matmul(x, w, gate_up)?;
             self.silu_mul_halves(gate_up, out)?;
         }
@@ -486,8 +485,7 @@ impl Backend for CudaBackend {
         eps: f32,
         normed: &mut Tensor,
     ) -> Result<()> {
-        // One row of FP8 or dp4a weights: the norm folded into this GEMV and the next
-        // (cuda/rms_fold.rs).
+        // One row of FP8 weights: the norm folded into this GEMV and the next (cuda/rms_fold.rs).
         if !super::rms_fold::produce(self, x, w, delta, residual, norm_w, eps, normed)? {
             self.matmul(x, w, delta)?;
             self.add_rms_norm(residual, delta, norm_w, eps, normed)?;

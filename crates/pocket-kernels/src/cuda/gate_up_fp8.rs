@@ -81,7 +81,6 @@ impl Fp8GateUp {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => Fp8GateUp::Warp2,
             // Same loads in flight per thread as n1d6 (no split form of the fused kernel).
             Fp8Row1::Warp8Split2 => Fp8GateUp::Warp2,
-            Fp8Row1::Warp16Split2 => Fp8GateUp::Warp4,
         };
         while !inter.is_multiple_of(v.outputs_per_warp()) {
             v = match v {
@@ -97,16 +96,10 @@ impl Fp8GateUp {
 /// `silu_mul_halves` (two launches) instead of the fused kernel.
 static GATE_UP_FUSED: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_GATE_UP_FUSED");
 
-/// Whether `POCKET_GATE_UP_FUSED` allows a fused `[gate; up]` GEMV (FP8 here, dp4a in
-/// cuda/gemv_q8_epi.rs).
-pub(crate) fn gate_up_fused_on() -> bool {
-    GATE_UP_FUSED.on()
-}
-
 /// Whether the CUDA backend's `matmul_silu_halves` takes the fused FP8 kernel for `w` and `x`:
 /// an FP8 weight, one activation row, and `POCKET_GATE_UP_FUSED` not `0`.
 pub(crate) fn gate_up_fused_applies(x: &Tensor, w: &Weight) -> bool {
-    Fp8Kind::of(w.format).is_some() && x.rows() == 1 && gate_up_fused_on()
+    Fp8Kind::of(w.format).is_some() && x.rows() == 1 && GATE_UP_FUSED.on()
 }
 
 /// `out [1, inter] = silu(x · W[..inter]ᵀ) * (x · W[inter..]ᵀ)` for a stacked FP8 `[gate; up]`

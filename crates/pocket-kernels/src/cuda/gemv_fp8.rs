@@ -43,22 +43,17 @@ pub enum Fp8Row1 {
     /// with half its activation loads per weight byte. [`Fp8Row1::for_shape`] takes it where
     /// n1d6 would run (session 14: the 27B FP8 decode 124.1-124.9 against 121.4-121.9 tok/s).
     Warp8Split2,
-    /// 16 rows per pair of warps, 2 steps in flight (32 loads per thread, `_n1w16s2`; 32 rows
-    /// per block, 2 blocks per SM): half [`Fp8Row1::Warp8Split2`]'s activation loads per
-    /// weight byte again, with fewer warps. Benchmarked only (session 14), never chosen.
-    Warp16Split2,
 }
 
 impl Fp8Row1 {
     /// Every variant, in the order the benchmarks print them.
-    pub const ALL: [Fp8Row1; 7] = [
+    pub const ALL: [Fp8Row1; 6] = [
         Fp8Row1::Warp4,
         Fp8Row1::Warp8,
         Fp8Row1::Warp4Deep,
         Fp8Row1::Warp8Deep,
         Fp8Row1::Warp4Deep6,
         Fp8Row1::Warp8Split2,
-        Fp8Row1::Warp16Split2,
     ];
 
     /// Weight rows one 128-thread block covers.
@@ -66,7 +61,7 @@ impl Fp8Row1 {
         match self {
             Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
             Fp8Row1::Warp8Split2 => 16,
-            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep | Fp8Row1::Warp16Split2 => 32,
+            Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }
 
@@ -78,7 +73,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp4 => 6,
             Fp8Row1::Warp8 => 7,
             Fp8Row1::Warp4Deep | Fp8Row1::Warp8Deep => 4,
-            Fp8Row1::Warp16Split2 => 2,
             Fp8Row1::Warp4Deep6 | Fp8Row1::Warp8Split2 => 3,
         }
     }
@@ -92,7 +86,6 @@ impl Fp8Row1 {
             Fp8Row1::Warp8Deep => "warp8d",
             Fp8Row1::Warp4Deep6 => "warp4d6",
             Fp8Row1::Warp8Split2 => "warp8s2",
-            Fp8Row1::Warp16Split2 => "warp16s2",
         }
     }
 
@@ -156,7 +149,7 @@ const WARP8_MIN_ROWS: usize = 12 * 1024;
 const WARP8_END_ROWS: usize = 32 * 1024;
 
 /// Process-wide one-row variant, `None` for the per-shape choice: `POCKET_GEMV_FP8` =
-/// warp4|warp8|warp4d|warp8d|warp4d6|warp8s2|warp16s2 forces one (anything else, or unset, is per shape);
+/// warp4|warp8|warp4d|warp8d|warp4d6|warp8s2 forces one (anything else, or unset, is per shape);
 /// `POCKET_GEMV_SPLIT=0` (the previous one-row kernels of every format) means warp4; or
 /// [`CudaBackend::set_fp8_gemv`].
 static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
@@ -169,7 +162,6 @@ static ROW1: EnvChoice<Option<Fp8Row1>> = EnvChoice::new(
         Some(Fp8Row1::Warp8Deep),
         Some(Fp8Row1::Warp4Deep6),
         Some(Fp8Row1::Warp8Split2),
-        Some(Fp8Row1::Warp16Split2),
     ],
     |v| match v.and_then(Fp8Row1::parse) {
         Some(f) => Some(f),

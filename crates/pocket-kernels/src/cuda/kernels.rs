@@ -310,8 +310,6 @@ pub enum Kernel {
     GemvQ8Warp(Q8Gemv),
     /// One activation row, one weight row per 128-thread block (small matrices).
     GemvQ8Row1(Q8Gemv),
-    /// The 4-row GEMV with an epilogue (kernels/gemv_q8_epi.cu): SwiGLU form, 64 threads.
-    GemvQ8Epi(Q8Gemv, bool, bool),
     /// FP8 weight kernels (`kernels/gemv_fp8.cu`).
     Fp8(super::matmul_fp8::Fp8Kernel),
     /// Gated DeltaNet (`kernels/deltanet.cu`): short causal conv + SiLU with its state window.
@@ -503,15 +501,6 @@ impl Kernel {
             Kernel::GemvQ8Rows64(f) => (M::Gemv, q8_table!(f, "gemv_q8r64_", "")),
             Kernel::GemvQ8Warp(f) => (M::Gemv, q8_table!(f, "gemv_q8w_", "")),
             Kernel::GemvQ8Row1(f) => (M::Gemv, q8_table!(f, "gemv_q8r1_", "")),
-            Kernel::GemvQ8Epi(f, glu, t64) => (
-                M::GemvQ8Epi,
-                match (glu, t64) {
-                    (false, false) => q8_table!(f, "gemv_q8e_", ""),
-                    (true, false) => q8_table!(f, "gemv_q8g_", ""),
-                    (false, true) => q8_table!(f, "gemv_q8e64_", ""),
-                    (true, true) => q8_table!(f, "gemv_q8g64_", ""),
-                },
-            ),
             Kernel::Fp8(k) => (M::GemvFp8, k.symbol()),
             Kernel::CausalConv1dSilu => (M::Deltanet, "causal_conv1d_silu"),
             Kernel::DeltaGates => (M::Deltanet, "delta_gates"),

@@ -30,7 +30,7 @@ pub(super) const GEMVR_ROWS: usize = 4;
 /// Elements of dequantized f16 weight per cuBLAS chunk (64 MiB).
 const W16_CHUNK_ELEMS: usize = 32 << 20;
 
-pub(super) fn device_weight<'a>(
+fn device_weight<'a>(
     be: &CudaBackend,
     op: &'static str,
     w: &'a Weight,
@@ -139,11 +139,12 @@ pub(crate) fn matmul(be: &CudaBackend, x: &Tensor, w: &Weight, out: &mut Tensor)
         return Ok(());
     }
     // Every path writes `out`: if it holds the input of the cached quantization, forget it.
-    be.forget_q8_if_overlaps(op, n * rows * 4);
-    // The consumer half of a folded norm whose output is x (cuda/gemv_q8_epi.rs).
-    if let (1, Some(q)) = (n, f.q8_gemv()) {
-        if super::gemv_q8_epi::matmul_fold_consumer(be, q, w, xp, op)? {
-            return Ok(());
+    if let Ok(mut c) = be.q8_cache.lock() {
+        if let Some((cx, cm, cc)) = *c {
+            let (lo, hi) = (cx, cx + (cm * cc * 4) as u64);
+            if op < hi && lo < op + (n * rows * 4) as u64 {
+                *c = None;
+            }
         }
     }
     let float_weights = matches!(f, DevFormat::F32 | DevFormat::F16 | DevFormat::BF16);
@@ -276,9 +277,31 @@ fn gemv(
         Some(q) => {
             // Quantize the activations once, then every weight row meets them in dp4a. The
             // quantization is reused by the next GEMV over the same input (see `q8_cache`).
-            let bufs = q8_input(be, OP, x, m, cols)?;
+            let mut scratch = be
+                .scratch
+                .lock()
+                .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
+            let need = q8_scratch_bytes(m, cols);
+            let grows = scratch.q8.as_ref().is_none_or(|s| s.len_bytes() < need);
+            let base = Scratch::get(&mut scratch.q8, &be.pool, need)?;
+            let bufs = Q8Bufs::at(base, m, cols);
+            let mut cache = be
+                .q8_cache
+                .lock()
+                .map_err(|_| shape_err(OP, "q8 cache lock poisoned"))?;
+            if grows || *cache != Some((x, m, cols)) {
+                quantize_act(be, OP, x, &bufs, m, cols)?;
+                *cache = Some((x, m, cols));
+            }
             // This GEMV's output must not be the cached input (it is about to change).
-            be.forget_q8_if_overlaps(out, m * rows * 4);
+            if let Some((cx, cm, cc)) = *cache {
+                let (lo, hi) = (cx, cx + (cm * cc * 4) as u64);
+                let (olo, ohi) = (out, out + (m * rows * 4) as u64);
+                if olo < hi && lo < ohi {
+                    *cache = None;
+                }
+            }
+            drop(cache);
             // The kind the CPU pairs with this format (bit-identical int8 blocks).
             let (xq, xd, xs) = bufs.kind(q.act_k());
             if m == 1 && !warp_per_row() {
@@ -385,52 +408,6 @@ fn quantize_act(
     )
 }
 
-/// The activation rows whose 8-bit quantization (both kinds, [`Q8Bufs`] at `base`) a buffer
-/// holds: the q8 scratch, or a region of the fold scratch an epilogue wrote (see `q8_cache`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Q8Cached {
-    /// Device address of the f32 rows.
-    pub(crate) x: u64,
-    /// Rows.
-    pub(crate) m: usize,
-    /// Columns.
-    pub(crate) cols: usize,
-    /// Where the quantization lies.
-    pub(crate) base: u64,
-}
-
-/// The quantized activation of `m` rows of `cols` f32 at `x` for the dp4a GEMV: the buffers an
-/// earlier op left for `x` (see `q8_cache`), else `x` quantized into the q8 scratch now.
-pub(crate) fn q8_input(
-    be: &CudaBackend,
-    op: &'static str,
-    x: u64,
-    m: usize,
-    cols: usize,
-) -> Result<Q8Bufs> {
-    let mut scratch = be
-        .scratch
-        .lock()
-        .map_err(|_| shape_err(op, "scratch lock poisoned"))?;
-    let need = q8_scratch_bytes(m, cols);
-    let grows = scratch.q8.as_ref().is_none_or(|s| s.len_bytes() < need);
-    let base = Scratch::get(&mut scratch.q8, &be.pool, need)?;
-    let mut cache = be
-        .q8_cache
-        .lock()
-        .map_err(|_| shape_err(op, "q8 cache lock poisoned"))?;
-    match *cache {
-        // A grown scratch may have been the cached buffer: quantize again.
-        Some(c) if !grows && (c.x, c.m, c.cols) == (x, m, cols) => Ok(Q8Bufs::at(c.base, m, cols)),
-        _ => {
-            let bufs = Q8Bufs::at(base, m, cols);
-            quantize_act(be, op, x, &bufs, m, cols)?;
-            *cache = Some(Q8Cached { x, m, cols, base });
-            Ok(bufs)
-        }
-    }
-}
-
 impl CudaBackend {
     /// The int8 activation blocks the dp4a GEMV would read for `x` (`[m, cols]` f32, m <= 8,
     /// cols a multiple of 32) in the kind `act_k` selects, as (quants, per-32 scales, per-32
@@ -453,7 +430,23 @@ impl CudaBackend {
             return Err(shape_err(OP, "the Q8K kind needs rows of 256s"));
         }
         let xp = self.ptr_of(OP, "x", x, DType::F32)?;
-        let bufs = q8_input(self, OP, xp, m, cols)?;
+        let mut scratch = self
+            .scratch
+            .lock()
+            .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
+        let need = q8_scratch_bytes(m, cols);
+        let grows = scratch.q8.as_ref().is_none_or(|s| s.len_bytes() < need);
+        let base = Scratch::get(&mut scratch.q8, &self.pool, need)?;
+        let bufs = Q8Bufs::at(base, m, cols);
+        let mut cache = self
+            .q8_cache
+            .lock()
+            .map_err(|_| shape_err(OP, "q8 cache lock poisoned"))?;
+        if grows || *cache != Some((xp, m, cols)) {
+            quantize_act(self, OP, xp, &bufs, m, cols)?;
+            *cache = Some((xp, m, cols));
+        }
+        drop(cache);
         let (q, d, s) = bufs.kind(act_k);
         let nblk = m * cols / 32;
         let f32s = |b: Vec<u8>| -> Vec<f32> {

@@ -123,7 +123,6 @@ impl Fp8Kernel {
                             Fp8Row1::Warp8Deep => concat!("gemv_fp8_", $f, "_n1w8d", $b),
                             Fp8Row1::Warp4Deep6 => concat!("gemv_fp8_", $f, "_n1d6", $b),
                             Fp8Row1::Warp8Split2 => concat!("gemv_fp8_", $f, "_n1w8s2", $b),
-                            Fp8Row1::Warp16Split2 => concat!("gemv_fp8_", $f, "_n1w16s2", $b),
                         }
                     };
                 }

@@ -28,7 +28,6 @@ mod cublas;
 mod gate_up_fp8;
 mod gemv_fp8;
 mod gemv_q8;
-mod gemv_q8_epi;
 pub mod graph;
 pub mod kernels;
 mod matmul;
@@ -109,11 +108,11 @@ pub struct CudaBackend {
     sync_each: bool,
     /// Decode GEMV variant: activation quantized inside the GEMV (true) or by a separate launch.
     fused_gemv: std::sync::atomic::AtomicBool,
-    /// The activation rows whose 8-bit quantization a buffer holds (the q8 scratch, or the
-    /// fold scratch where a GEMV epilogue wrote it): consecutive GEMVs over one input (Q, K and
-    /// V; gate and up) quantize it once. Every op other than `matmul` clears it, since any of
-    /// them may write that input or allocate over its freed block.
-    q8_cache: Mutex<Option<matmul::Q8Cached>>,
+    /// The activation rows (device address, rows, columns) whose 8-bit quantization is in the q8
+    /// scratch: consecutive GEMVs over one input (Q, K and V; gate and up) quantize it once.
+    /// Every op other than `matmul` clears it, since any of them may write that input or
+    /// allocate over its freed block.
+    q8_cache: Mutex<Option<(u64, usize, usize)>>,
     /// Prefill GEMM in f32 (SGEMM on an f32 dequantization) instead of f16 on the tensor cores:
     /// [`Backend::set_exact_prefill`], or `POCKET_PREFILL=exact` at open.
     exact_prefill: std::sync::atomic::AtomicBool,
@@ -140,8 +139,7 @@ pub struct CudaBackend {
 pub enum PdlEarly {
     /// Every GEMV triggers after its main loop (`POCKET_PDL_EARLY=0`).
     None,
-    /// The dp4a GEMVs (kernels/gemv.cu, gemv_q8_epi.cu) early, the FP8 ones late
-    /// (`POCKET_PDL_EARLY=dp4a`).
+    /// The dp4a GEMVs (kernels/gemv.cu) early, the FP8 ones late (`POCKET_PDL_EARLY=dp4a`).
     Dp4a,
     /// Every GEMV early (`POCKET_PDL_EARLY=all`).
     All,
@@ -178,10 +176,7 @@ impl PdlEarly {
     /// Module `m`'s `pdl_early` mask (common.cuh): bit 0 every GEMV early, bit 1 one-wave
     /// launches only.
     fn mask(self, m: artifacts::ModuleId) -> i32 {
-        let dp4a = matches!(
-            m,
-            artifacts::ModuleId::Gemv | artifacts::ModuleId::GemvQ8Epi
-        ) as i32;
+        let dp4a = (m == artifacts::ModuleId::Gemv) as i32;
         match self {
             PdlEarly::None => 0,
             PdlEarly::Dp4a => dp4a,
@@ -333,19 +328,6 @@ impl CudaBackend {
     pub(crate) fn invalidate_q8(&self) {
         if let Ok(mut c) = self.q8_cache.lock() {
             *c = None;
-        }
-    }
-
-    /// Forgets the cached activation quantization if its input rows overlap the `bytes` at
-    /// `ptr` (which an op is about to write).
-    pub(crate) fn forget_q8_if_overlaps(&self, ptr: u64, bytes: usize) {
-        if let Ok(mut c) = self.q8_cache.lock() {
-            if let Some(q) = *c {
-                let (lo, hi) = (q.x, q.x + (q.m * q.cols * 4) as u64);
-                if ptr < hi && lo < ptr + bytes as u64 {
-                    *c = None;
-                }
-            }
         }
     }
 

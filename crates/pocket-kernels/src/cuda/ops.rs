@@ -126,12 +126,7 @@ pub(crate) fn norm_q8_scratch(
         .q8_cache
         .lock()
         .map_err(|_| shape_err(op, "q8 cache lock poisoned"))?;
-    *cache = Some(super::matmul::Q8Cached {
-        x: out,
-        m: rows,
-        cols: d,
-        base,
-    });
+    *cache = Some((out, rows, d));
     Ok(Some(Q8Bufs::at(base, rows, d)))
 }
 

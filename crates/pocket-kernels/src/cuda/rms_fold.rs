@@ -1,12 +1,11 @@
-//! The residual-add RMSNorm between two one-row decode GEMVs, folded into them
+//! The residual-add RMSNorm between two one-row FP8 decode GEMVs, folded into them
 //! (kernels/rms_fold.cuh): no norm launch between a block's last projection and the next
 //! block's first. [`crate::Backend::matmul_add_rms_norm`] launches the producer GEMV with the
-//! fold's epilogue (residual += out, x * g and partial sums of squares into the fold scratch;
-//! a dp4a producer also leaves x * g quantized, cuda/gemv_q8_epi.rs) and leaves the norm
-//! *pending*: `normed` is not written yet. The next op decides:
-//!  * a one-row FP8 or dp4a GEMV (`matmul`, `matmul_silu_halves`) whose input is `normed` takes
-//!    the pending fold ([`take_for_consumer`], [`take_for_q8_consumer`]): it reads x * g (or its
-//!    quantization), scales its outputs by 1 / rms and its blocks write `normed` as they finish;
+//! fold's epilogue (residual += out, x * g and per-block sums of squares into the fold scratch)
+//! and leaves the norm *pending*: `normed` is not written yet. The next op decides:
+//!  * a one-row FP8 GEMV (`matmul`, `matmul_silu_halves`) whose input is `normed` takes the
+//!    pending fold ([`take_for_consumer`]): it reads x * g, scales its outputs by 1 / rms and its
+//!    blocks write `normed` as they finish;
 //!  * any other launch, read-back, host write or graph boundary first runs `rms_fold_apply`
 //!    ([`flush`]), which writes `normed` from the same scratch, so no reader ever sees it stale.
 //!
@@ -15,10 +14,9 @@
 
 use super::gemv_fp8::Fp8Row1;
 use super::kernels::Kernel;
-use super::matmul::q8_scratch_bytes;
 use super::matmul_fp8::Fp8Kind;
 use super::switch::EnvChoice;
-use super::CudaBackend;
+use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
 
@@ -59,54 +57,17 @@ pub(crate) struct PendingFold {
     nparts: usize,
     xg: u64,
     parts: u64,
-    /// The 8-bit quantization of x * g a dp4a producer left (its `Q8Bufs` base), for a dp4a
-    /// consumer; `None` after an FP8 producer.
-    q8: Option<u64>,
 }
 
-/// Most 256-output groups a dp4a producer counts (kernels/gemv_q8_epi.cu).
-const MAX_GROUPS: usize = MAX_DIM / 256;
-
-/// Device addresses of the fold scratch's regions: x * g (`MAX_DIM` floats), the partial sums,
-/// the dp4a epilogues' group arrival counters (zero between launches), and two regions of 8-bit
-/// activations (`Q8Bufs` of one `MAX_DIM` row) that those epilogues write, alternately, so one
-/// never overwrites the quantization its own GEMV reads.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FoldScratch {
-    pub(crate) xg: u64,
-    pub(crate) parts: u64,
-    pub(crate) counters: u64,
-    pub(crate) q8: [u64; 2],
-}
-
-impl FoldScratch {
-    /// The quantized-activation region an epilogue should write when its GEMV reads `input`.
-    pub(crate) fn q8_out(&self, input: u64) -> u64 {
-        if input == self.q8[0] {
-            self.q8[1]
-        } else {
-            self.q8[0]
-        }
-    }
-}
-
-/// The fold scratch, allocated (and zeroed, for the counters) once at one fixed size, so it
-/// never regrows inside a graph capture.
-pub(crate) fn fold_scratch(be: &CudaBackend, op: &'static str) -> Result<FoldScratch> {
+/// The fold scratch's two regions: x * g (`MAX_DIM` floats), then the partial sums.
+fn scratch_ptrs(be: &CudaBackend, op: &'static str) -> Result<(u64, u64)> {
     let mut s = be
         .scratch
         .lock()
         .map_err(|_| shape_err(op, "scratch lock poisoned"))?;
-    let q8 = q8_scratch_bytes(1, MAX_DIM);
-    let head = 4 * (MAX_DIM + MAX_PARTS + MAX_GROUPS);
-    let base = be.zeroed_scratch(op, &mut s.rms_fold, head + 2 * q8)?;
-    let at = |bytes: usize| base + bytes as u64;
-    Ok(FoldScratch {
-        xg: base,
-        parts: at(4 * MAX_DIM),
-        counters: at(4 * (MAX_DIM + MAX_PARTS)),
-        q8: [at(head), at(head + q8)],
-    })
+    // One fixed size, so the buffer never regrows inside a graph capture.
+    let base = Scratch::get(&mut s.rms_fold, &be.pool, 4 * (MAX_DIM + MAX_PARTS))?;
+    Ok((base, base + 4 * MAX_DIM as u64))
 }
 
 /// The blocks `variant` launches for a `rows`-row weight if a fold may use it: whole blocks
@@ -117,8 +78,8 @@ pub(crate) fn fold_blocks(variant: Fp8Row1, rows: usize) -> Option<usize> {
 }
 
 /// [`crate::Backend::matmul_add_rms_norm`] as a producer fold: `Ok(false)` (nothing launched)
-/// where it does not apply: the switch is off, the weight is neither FP8 nor a dp4a format, `x`
-/// is not one row, a shape or the GEMV variant does not fit, or buffers overlap.
+/// where it does not apply: the switch is off, the weight is not FP8, `x` is not one row, a
+/// shape or the GEMV variant does not fit, or buffers overlap.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn produce(
     be: &CudaBackend,
@@ -131,6 +92,9 @@ pub(crate) fn produce(
     normed: &mut Tensor,
 ) -> Result<bool> {
     const OP: &str = "matmul_add_rms_norm";
+    let Some(kind) = Fp8Kind::of(w.format) else {
+        return Ok(false);
+    };
     let d = w.rows;
     let shapes_fit = x.rows() == 1
         && x.row_len() == w.cols
@@ -143,22 +107,13 @@ pub(crate) fn produce(
         && [x, &*delta, &*residual, &*normed, norm_w]
             .iter()
             .all(|t| t.dtype == DType::F32);
+    let variant = super::gemv_fp8::row1_variant(be, w.rows, w.cols);
+    let Some(blocks) = fold_blocks(variant, d).filter(|&b| b <= MAX_PARTS) else {
+        return Ok(false);
+    };
     if !FOLD.get() || !shapes_fit {
         return Ok(false);
     }
-    let fp8 = Fp8Kind::of(w.format);
-    // The launch shape, and the partial sums it leaves: one per block (FP8), per 256 outputs
-    // (dp4a, cuda/gemv_q8_epi.rs).
-    let nparts = match fp8 {
-        Some(_) => {
-            let variant = super::gemv_fp8::row1_variant(be, w.rows, w.cols);
-            fold_blocks(variant, d).filter(|&b| b <= MAX_PARTS)
-        }
-        None => super::gemv_q8_epi::producer_applies(be, w).then(|| d.div_ceil(256)),
-    };
-    let Some(nparts) = nparts else {
-        return Ok(false);
-    };
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
     let dp = be.ptr_of(OP, "delta", delta, DType::F32)?;
     let rp = be.ptr_of(OP, "residual", residual, DType::F32)?;
@@ -172,32 +127,24 @@ pub(crate) fn produce(
     {
         return Ok(false);
     }
-    let fs = fold_scratch(be, OP)?;
+    let (xg, parts) = scratch_ptrs(be, OP)?;
     be.invalidate_q8();
     let args = RmsFoldArgs {
         res: rp,
         g: gp,
-        xg: fs.xg,
-        parts_out: fs.parts,
+        xg,
+        parts_out: parts,
         ..RmsFoldArgs::default()
     };
     // The launch first writes out any earlier pending norm (it may read this scratch).
-    let q8 = match fp8 {
-        Some(kind) => {
-            let variant = super::gemv_fp8::row1_variant(be, w.rows, w.cols);
-            super::gemv_fp8::launch_row1_fold(be, kind, variant, x, w, delta, args)?;
-            None
-        }
-        None => Some(super::gemv_q8_epi::produce(be, w, xp, dp, args, &fs)?),
-    };
+    super::gemv_fp8::launch_row1_fold(be, kind, variant, x, w, delta, args)?;
     let pending = PendingFold {
         normed: np,
         dim: d,
         eps,
-        nparts,
-        xg: fs.xg,
-        parts: fs.parts,
-        q8,
+        nparts: blocks,
+        xg,
+        parts,
     };
     *be.rms_fold
         .lock()
@@ -206,7 +153,7 @@ pub(crate) fn produce(
     Ok(true)
 }
 
-/// The pending fold a one-row FP8 GEMV takes (x * g) when its input at `x` (of `cols` floats) is the
+/// The pending fold a one-row FP8 GEMV takes when its input at `x` (of `cols` floats) is the
 /// pending norm's output, it launches `whole_blocks` (the consumer's barriers need every warp)
 /// and its output (`out_bytes` at `out`) does not overlap the norm's, which its blocks write: the
 /// x it must read instead (x * g in the fold scratch) and its consumer arguments. `None` leaves
@@ -216,31 +163,8 @@ pub(crate) fn take_for_consumer(
     x: u64,
     cols: usize,
     whole_blocks: bool,
-    out: (u64, usize),
-) -> Result<Option<(u64, RmsFoldArgs)>> {
-    Ok(take(be, x, cols, whole_blocks, out, false)?.map(|(p, args)| (p.xg, args)))
-}
-
-/// [`take_for_consumer`] for a one-row dp4a GEMV (cuda/gemv_q8_epi.rs), which reads the
-/// quantization of x * g a dp4a producer left: that (`Q8Bufs`' base), x * g, and the consumer
-/// arguments; `None` also where the producer was FP8.
-pub(crate) fn take_for_q8_consumer(
-    be: &CudaBackend,
-    x: u64,
-    cols: usize,
-    out: (u64, usize),
-) -> Result<Option<(u64, u64, RmsFoldArgs)>> {
-    Ok(take(be, x, cols, true, out, true)?.and_then(|(p, args)| Some((p.q8?, p.xg, args))))
-}
-
-fn take(
-    be: &CudaBackend,
-    x: u64,
-    cols: usize,
-    whole_blocks: bool,
     (out, out_bytes): (u64, usize),
-    needs_q8: bool,
-) -> Result<Option<(PendingFold, RmsFoldArgs)>> {
+) -> Result<Option<(u64, RmsFoldArgs)>> {
     const OP: &str = "rms_fold";
     let mut slot = be
         .rms_fold
@@ -250,8 +174,7 @@ fn take(
         return Ok(None);
     };
     let writes_normed = overlaps(out, out_bytes, p.normed, 4 * p.dim);
-    let fits = !needs_q8 || p.q8.is_some();
-    if p.normed != x || p.dim != cols || !whole_blocks || writes_normed || !fits {
+    if p.normed != x || p.dim != cols || !whole_blocks || writes_normed {
         return Ok(None);
     }
     *slot = None;
@@ -259,7 +182,7 @@ fn take(
     if !be.pool.unwatch(p.normed) {
         return Ok(None); // `normed` was freed: nothing to write, and x is not it any more
     }
-    Ok(Some((p, consumer_args(p))))
+    Ok(Some((p.xg, consumer_args(p))))
 }
 
 fn consumer_args(p: PendingFold) -> RmsFoldArgs {

@@ -41,17 +41,14 @@ pub const PDL_AWARE: &[(ModuleId, &str)] = &[
     (ModuleId::Gemv, "gemv_q8r*"),
     (ModuleId::Gemv, "gemv_q8w_*"),
     (ModuleId::Gemv, "gemv_h_*"),
-    // gemv_q8e_*, gemv_q8g_* and their 64-thread forms.
-    (ModuleId::GemvQ8Epi, "gemv_q8*"),
     // The one-row FP8 variants (one template): `_n1`, `_n1w8`, their deep forms `_n1d`,
-    // `_n1w8d`, `_n1d6`, the column-split `_n1w8s2` and `_n1w16s2`, and the `_bits` decode of all of them.
+    // `_n1w8d`, `_n1d6`, the column-split `_n1w8s2`, and the `_bits` decode of all of them.
     (ModuleId::GemvFp8, "gemv_fp8_*_n1"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8d"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1d6"),
     (ModuleId::GemvFp8, "gemv_fp8_*_n1w8s2"),
-    (ModuleId::GemvFp8, "gemv_fp8_*_n1w16s2"),
     (ModuleId::GemvFp8, "gemv_fp8_*_bits"),
     // The one-row [gate; up] GEMV with the SwiGLU epilogue (`_gu1`, `_gu2`, `_gu4`).
     (ModuleId::GemvFp8, "gemv_fp8_silu_*"),
