@@ -193,7 +193,7 @@ fn bench_decode_step_8b_pdl() {
     }
     be.synchronize().unwrap();
     be.set_pdl(true);
-    be.set_pdl_early(PdlEarly::Fp8Wave).unwrap();
+    be.set_pdl_early(PdlEarly::All).unwrap();
     println!("\n==== summary: decode step, PDL A/B ====");
     for (i, (_, _, label)) in settings.into_iter().enumerate() {
         println!(

@@ -134,26 +134,28 @@ pub struct CudaBackend {
 /// weight loads there. Measured on the H200: the Llama-8B Q4_0 step graph 2.148 -> 2.121 ms with
 /// the dp4a GEMVs early (2.151 with only their one-wave launches early); the Qwen3.5-27B FP8
 /// decode 121.0 -> 122.7 tok/s with the one-wave FP8 launches early as well (122.3 with every
-/// FP8 GEMV early; session 7, docs/performance/logs/2026-11-30-s7-run1/).
+/// FP8 GEMV early; session 7, docs/performance/logs/2026-11-30-s7-run1/). With n1w8s2 in n1d6's
+/// place (session 14) every FP8 GEMV early won instead: 125.79 / 126.60 against 125.05 / 125.11
+/// tok/s (docs/performance/logs/2026-12-02-s14-call4/), so [`PdlEarly::All`] is the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PdlEarly {
     /// Every GEMV triggers after its main loop (`POCKET_PDL_EARLY=0`).
     None,
     /// The dp4a GEMVs (kernels/gemv.cu) early, the FP8 ones late (`POCKET_PDL_EARLY=dp4a`).
     Dp4a,
-    /// Every GEMV early (`POCKET_PDL_EARLY=all`).
+    /// Every GEMV early (the default).
     All,
-    /// The dp4a GEMVs early, the FP8 ones early only where their grid fits in one wave (the
-    /// default): a one-wave grid has every block resident, so the next kernel's blocks only
-    /// take slots it leaves free.
+    /// The dp4a GEMVs early, the FP8 ones early only where their grid fits in one wave
+    /// (`POCKET_PDL_EARLY=fp8wave`; the default until session 14): a one-wave grid has every
+    /// block resident, so the next kernel's blocks only take slots it leaves free.
     Fp8Wave,
     /// Every GEMV early only where its grid fits in one wave (`POCKET_PDL_EARLY=wave`).
     Wave,
 }
 
-/// `POCKET_PDL_EARLY`: `0` none, `dp4a` the dp4a GEMVs, `all` every GEMV, `wave` every one-wave
-/// launch, else the dp4a GEMVs and the one-wave FP8 launches (read once, at the first device
-/// open).
+/// `POCKET_PDL_EARLY`: `0` none, `dp4a` the dp4a GEMVs, `fp8wave` the dp4a GEMVs and the
+/// one-wave FP8 launches, `wave` every one-wave launch, else every GEMV (read once, at the first
+/// device open).
 static PDL_EARLY: switch::EnvChoice<PdlEarly> = switch::EnvChoice::new(
     "POCKET_PDL_EARLY",
     &[
@@ -165,10 +167,10 @@ static PDL_EARLY: switch::EnvChoice<PdlEarly> = switch::EnvChoice::new(
     ],
     |v| match v {
         Some("0") => PdlEarly::None,
-        Some("all") => PdlEarly::All,
         Some("dp4a") => PdlEarly::Dp4a,
+        Some("fp8wave") => PdlEarly::Fp8Wave,
         Some("wave") => PdlEarly::Wave,
-        _ => PdlEarly::Fp8Wave,
+        _ => PdlEarly::All,
     },
 );
 
