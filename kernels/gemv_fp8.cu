@@ -2,10 +2,11 @@
 // f32 scale per tensor (applied to the result) or f32 scales per 128x128 tile
 // (`weight_scale_inv`, [ceil(rows/128), ceil(cols/128)], value = fp8 * scale).
 //
-//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8|n1d|n1w8d|n1d6>: decode GEMV for one activation row (f32
-//    activation and accumulation), one template (gemv_fp8_row1, below) with a warp per 4 rows
-//    (n1, 16 rows per 128-thread block) or per 8 rows (n1w8, 32 per block), and their deep forms
-//    with two or four times the loads in flight (n1d, n1w8d, n1d6; see FP8_ROW1_ALL). The host picks one per shape
+//  * gemv_fp8_<e4m3|e5m2>_<t|b>_<n1|n1w8|n1d|n1w8d|n1d6|n1w8s2>: decode GEMV for one activation
+//    row (f32 activation and accumulation), one template (gemv_fp8_row1, below) with a warp per 4
+//    rows (n1, 16 rows per 128-thread block) or per 8 rows (n1w8, 32 per block), their deep forms
+//    with two or four times the loads in flight (n1d, n1w8d, n1d6), and a pair of warps per 8
+//    rows (n1w8s2; see FP8_ROW1_ALL). The host picks one per shape
 //    (gemv_fp8.rs). Launch: block 128, grid ceil(rows / rows per block). Both can also run a
 //    folded residual-add RMSNorm's producer and consumer halves (rms_fold.cuh).
 //    `_bits` (E4M3 only): the same kernels with the previous integer decode, for A/B runs.
@@ -52,60 +53,36 @@
 // of a quarter-warp reading 16-byte pieces of groups lane*20 hit 8 distinct 4-bank groups.
 #define FP8_XPAD 20
 
-template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
+// SPLIT warps share each group of R rows. SPLIT = 1: a warp per R rows. SPLIT = 2 (`n1w8s2`,
+// session 13): warp `half` of a pair takes chunks lane + 32 half, + 64, ... of every row, and the
+// pair's halves are added through shared memory before the epilogue. Why: at 5120 rows the
+// 4-row warps' own work per 16-byte chunk (4 activation loads, the decode and 16 FMAs per row)
+// holds the stream at ~80% of a bare read (docs/performance/logs/2026-12-02-s13-gemv-parts/);
+// 8 rows per warp halve the activation loads per weight byte, and the split keeps n1d6's warps
+// per SM (16 rows per block). A row's sum is then half 0 + half 1, each in column order, so the
+// result differs from the unsplit forms in rounding only.
+template <int E5M2, bool TILED, int DEC, int R, int U, int MINB, int SPLIT = 1>
 __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
                                               const float* __restrict__ sc, float tscale,
                                               const float* __restrict__ x,
                                               float* __restrict__ out, int rows, int cols,
                                               const RmsFold& f) {
-    static_assert(128 % R == 0 && R <= 32, "row group shape");
+    static_assert(128 % R == 0 && R <= 32 && (SPLIT == 1 || SPLIT == 2), "row group shape");
     __shared__ float fold_sh[1];
+    __shared__ float half1[SPLIT == 1 ? 1 : FP8R_THREADS / 64][R];  // SPLIT 2: the halves' sums
     const int tid = threadIdx.x, lane = tid & 31;
-    const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + tid / 32) * R;
+    const int group = SPLIT == 1 ? tid / 32 : tid >> 6, half = SPLIT == 1 ? 0 : (tid >> 5) & 1;
+    const int row0 = (blockIdx.x * (FP8R_THREADS / (32 * SPLIT)) + group) * R;
     // A whole warp past the last row has nothing to do and no barrier to reach. With a fold the
     // host launches whole blocks, so every warp reaches the fold's barriers.
-    if (row0 >= rows) return;
-    const uint4* wr[R];
-    const float* srow[1];
-    row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
+    if (SPLIT == 1 && row0 >= rows) return;
     float acc[R];
     float ss_in = 0.f;
-    row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB>(wr, srow, x, cols >> 4, lane, acc, [&] {
-        if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
-    });
-    pdl_trigger_late<MINB>();
-    // Lane r < R takes row row0 + r.
-    float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
-    rms_fold_gemv_end(v, lane < R && row0 + lane < rows, row0 + lane, ss_in, x, cols, out, f,
-                      fold_sh);
-}
-
-// gemv_fp8_row1 with each row group's columns split over two warps (`n1w8s2`, session 13): a
-// pair of warps owns R rows, warp `half` of the pair takes chunks lane + 32 half, + 64, ... of
-// every row, and the pair's halves are added through shared memory before the epilogue. Why: at
-// 5120 rows the 4-row warps' own work per 16-byte chunk (4 activation loads, the decode and 16
-// FMAs per row) holds the stream at ~80% of a bare read (docs/performance/logs/
-// 2026-12-02-s13-gemv-parts/); 8 rows per warp halve the activation loads per weight byte, and
-// the split keeps n1d6's warps per SM (16 rows per block). A row's sum is half 0 + half 1, each
-// in column order, so the result differs from the other forms in rounding only.
-template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>
-__device__ __forceinline__ void gemv_fp8_row1_split2(const uint8_t* __restrict__ w,
-                                                     const float* __restrict__ sc, float tscale,
-                                                     const float* __restrict__ x,
-                                                     float* __restrict__ out, int rows,
-                                                     int cols, const RmsFold& f) {
-    static_assert(128 % R == 0 && R <= 32, "row group shape");
-    __shared__ float fold_sh[1];
-    __shared__ float half1[FP8R_THREADS / 64][R];
-    const int tid = threadIdx.x, lane = tid & 31, pair = tid >> 6, half = (tid >> 5) & 1;
-    const int row0 = (blockIdx.x * (FP8R_THREADS / 64) + pair) * R;
-    float acc[R];
-    float ss_in = 0.f;
-    if (row0 < rows) {
+    if (SPLIT == 1 || row0 < rows) {
         const uint4* wr[R];
         const float* srow[1];
         row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
-        row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, false, 0, 64>(
+        row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, false, 0, 32 * SPLIT>(
             wr, srow, x, cols >> 4, lane + 32 * half, acc, [&] {
                 if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
             });
@@ -118,11 +95,14 @@ __device__ __forceinline__ void gemv_fp8_row1_split2(const uint8_t* __restrict__
         for (int r = 0; r < R; r++) acc[r] = 0.f;
         pdl_wait();
     }
+    // Lane r < R takes row row0 + r.
     float v = row1_lane_total<R>(acc, lane, TILED ? 1.f : tscale);
-    if (half == 1 && lane < R) half1[pair][lane] = v;
-    __syncthreads();
-    if (half == 0 && lane < R) v += half1[pair][lane];
-    const bool mine = half == 0 && lane < R && row0 + lane < rows;
+    if constexpr (SPLIT == 2) {
+        if (half == 1 && lane < R) half1[group][lane] = v;
+        __syncthreads();
+        if (half == 0 && lane < R) v += half1[group][lane];
+    }
+    const bool mine = (SPLIT == 1 || half == 0) && lane < R && row0 + lane < rows;
     rms_fold_gemv_end(v, mine, row0 + lane, ss_in, x, cols, out, f, fold_sh);
 }
 
@@ -341,27 +321,21 @@ __device__ __forceinline__ void dequant_fp8(const uint8_t* __restrict__ w,
 // 72% for the 34816-row one (docs/performance/logs/2026-11-30-s6-ncu-fp8/). n1d6 (4 rows x 6
 // steps, 24 loads per thread, 168 registers: 3 blocks per SM; 8 steps spilled) goes further for
 // grids of <= 3 blocks per SM.
-#define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, U, MINB)                                     \
+#define FP8_ROW1(name, sfx, e5m2, tiled, dec, R, U, MINB, SPLIT)                              \
     extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
         gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
                                 float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f);     \
+        gemv_fp8_row1<e5m2, tiled, dec, R, U, MINB, SPLIT>(w, sc, tscale, x, out, rows, cols, f); \
     }
 // n1w8s2: 8 rows per pair of warps, each warp half the columns, 3 steps (24 loads per thread).
 // (n1w16s2, 16 rows per pair with 2 steps, was slower on every 27B shape in session 14.)
-#define FP8_ROW1_SPLIT2(name, sfx, e5m2, tiled, dec, R, U, MINB)                              \
-    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, MINB)                           \
-        gemv_fp8_##name##_##sfx(const uint8_t* w, const float* sc, float tscale, const float* x, \
-                                float* out, int rows, int cols, int m, RmsFold f) {             \
-        gemv_fp8_row1_split2<e5m2, tiled, dec, R, U, MINB>(w, sc, tscale, x, out, rows, cols, f); \
-    }
 #define FP8_ROW1_ALL(name, e5m2, tiled, dec, tag)                                              \
-    FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6)                                          \
-    FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7)                                        \
-    FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4)                                         \
-    FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4)                                       \
-    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3)                                        \
-    FP8_ROW1_SPLIT2(name, n1w8s2##tag, e5m2, tiled, dec, 8, 3, 3)
+    FP8_ROW1(name, n1##tag, e5m2, tiled, dec, 4, 2, 6, 1)                                       \
+    FP8_ROW1(name, n1w8##tag, e5m2, tiled, dec, 8, 1, 7, 1)                                     \
+    FP8_ROW1(name, n1d##tag, e5m2, tiled, dec, 4, 4, 4, 1)                                      \
+    FP8_ROW1(name, n1w8d##tag, e5m2, tiled, dec, 8, 2, 4, 1)                                    \
+    FP8_ROW1(name, n1d6##tag, e5m2, tiled, dec, 4, 6, 3, 1)                                     \
+    FP8_ROW1(name, n1w8s2##tag, e5m2, tiled, dec, 8, 3, 3, 2)
 
 // Fused gate|up variants: outputs per warp R, steps in flight U (2R x U 16-byte loads per
 // thread), register cap as the plain kernel with the same loads in flight (gu2 ~ n1, gu4 ~ n1w8).

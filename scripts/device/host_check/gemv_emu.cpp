@@ -158,7 +158,7 @@ void report(const char* what, int rows, int R, const std::vector<int>& blocks,
 // after another, each part's [ceil(rows_i / 128), ceil(cols / 128)] tile scales after the
 // previous part's (parts but the last have rows % 128 == 0). The reference reads each part's own
 // scales by the row's index inside its part.
-// SPLIT: gemv_fp8_row1_split2 (two warps per R rows, 2R rows per block).
+// SPLIT: gemv_fp8_row1 with SPLIT = 2 (two warps per R rows, 2R rows per block).
 template <int E5M2, bool TILED, int DEC, int R, int U, bool SPLIT = false>
 void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20, int mid = 0) {
     // Rows per block: 4 warps of R rows (2 pairs of warps with SPLIT).
@@ -191,7 +191,7 @@ void check_fp8(std::vector<int> parts, int cols, bool lanes, int edge = 1 << 20,
     const RmsFold nofold{};
     launch_blocks(blocks, grid, 128, [&] {
         if constexpr (SPLIT)
-            gemv_fp8_row1_split2<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
+            gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1, 2>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
         else
             gemv_fp8_row1<E5M2, TILED, DEC, R, U, 1>(w.data(), sc.data(), tscale, x.data(), out.data(), rows, cols, nofold);
     });

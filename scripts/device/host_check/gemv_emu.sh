@@ -31,7 +31,7 @@ assert ld.search(row), "ld_stream16 not found"
 row = ld.sub("", row)
 fold = after("rms_fold.cuh", '#include "common.cuh"\n')
 g8 = open(f"{root}/kernels/gemv_fp8.cu").read()
-row1 = between(g8, "template <int E5M2, bool TILED, int DEC, int R, int U, int MINB>",
+row1 = between(g8, "template <int E5M2, bool TILED, int DEC, int R, int U, int MINB, int SPLIT = 1>",
                "// ---- one activation row of a stacked")
 g = open(f"{root}/kernels/gemv.cu").read()
 h = between(g, "#define GEMVH_U 4", "#define DEF_GEMV_H")

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "855f4a98667b3fee908a3d8fbf8983a088f338f8b96e4428c0bdf99bcc7452cd";
+    "77a60d7afe91a1f86cf06ba12cd633b4eca3daf603df88ec5a71e56a18597687";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
