@@ -59,8 +59,7 @@ impl Fp8Row1 {
     /// Weight rows one 128-thread block covers.
     pub fn rows_per_block(self) -> usize {
         match self {
-            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 => 16,
-            Fp8Row1::Warp8Split2 => 16,
+            Fp8Row1::Warp4 | Fp8Row1::Warp4Deep | Fp8Row1::Warp4Deep6 | Fp8Row1::Warp8Split2 => 16,
             Fp8Row1::Warp8 | Fp8Row1::Warp8Deep => 32,
         }
     }

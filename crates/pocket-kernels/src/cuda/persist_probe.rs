@@ -160,9 +160,7 @@ impl CudaBackend {
         out: &mut Tensor,
     ) -> Result<()> {
         const OP: &str = "probe_gemv";
-        self.probe_weight(OP, w)?;
-        let kind = Fp8Kind::of(w.format).expect("an FP8 format");
-        let p = prepare(self, OP, kind, x, w, out)?;
+        let p = prepare(self, OP, probe_kind(OP, w)?, x, w, out)?;
         if p.n != 1 {
             return Err(shape_err(OP, format!("x {:?} is not one row", x.shape)));
         }
@@ -175,16 +173,9 @@ impl CudaBackend {
         )
     }
 
-    /// The codes and tile scales of `w`: the probes take FP8 E4M3 with 128x128 tile scales only.
+    /// The codes and tile scales of `w` (see [`probe_kind`]).
     fn probe_weight(&self, op: &'static str, w: &Weight) -> Result<(u64, u64)> {
-        if w.format != QuantFormat::Fp8E4M3Block128 {
-            return Err(shape_err(
-                op,
-                format!("{} weight (FP8 E4M3 128x128 only)", w.format),
-            ));
-        }
-        let kind = Fp8Kind::of(w.format).expect("an FP8 format");
-        weight_ptrs(self, op, kind, w)
+        weight_ptrs(self, op, probe_kind(op, w)?, w)
     }
 
     /// The two u32 words of the persistent probes' grid barrier (count, generation), zeroed:
@@ -192,5 +183,16 @@ impl CudaBackend {
     /// compares the generation with the value it read (no upload inside a timed loop).
     pub fn probe_barrier_words(&self) -> Result<Tensor> {
         crate::Backend::upload_u32(self, &[0, 0], &[2])
+    }
+}
+
+/// The FP8 kind of `w`: the probes take FP8 E4M3 with 128x128 tile scales only.
+fn probe_kind(op: &'static str, w: &Weight) -> Result<Fp8Kind> {
+    match Fp8Kind::of(w.format) {
+        Some(k) if w.format == QuantFormat::Fp8E4M3Block128 => Ok(k),
+        _ => Err(shape_err(
+            op,
+            format!("{} weight (FP8 E4M3 128x128 only)", w.format),
+        )),
     }
 }
