@@ -1,6 +1,8 @@
 //! KV-cache write and paged attention launchers. Batch metadata is validated on the host from the
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
+use std::sync::OnceLock;
+
 use super::kernels::{CacheType, Kernel};
 use super::switch::{EnvChoice, EnvSwitch};
 use super::{CudaBackend, Scratch};
@@ -143,7 +145,20 @@ fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize, big_group:
     let per_sm = if big_group { 2 } else { 3 };
     (per_sm * sm_count as usize / blocks.max(1))
         .min(max_len.div_ceil(DECODE_MIN_KEYS))
-        .clamp(1, DECODE_MAX_SPLITS)
+        .clamp(1, decode_split_cap())
+}
+
+/// Most key splits of a decode launch: `POCKET_ATTN_SPLITS` (1..=256; unset or invalid:
+/// [`DECODE_MAX_SPLITS`]), for A/B runs of fewer, longer splits against the combine's cost.
+fn decode_split_cap() -> usize {
+    static CAP: OnceLock<usize> = OnceLock::new();
+    *CAP.get_or_init(|| {
+        std::env::var("POCKET_ATTN_SPLITS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .map_or(DECODE_MAX_SPLITS, |n| n.min(DECODE_MAX_SPLITS))
+    })
 }
 
 /// Longest context bound (keys) at which the decode kernel spreads a GQA group's query heads over
