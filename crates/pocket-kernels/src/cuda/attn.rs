@@ -166,6 +166,18 @@ fn decode_split_cap() -> usize {
 /// heads a block serves, and re-reading the few K/V rows once per block costs only L2 traffic.
 const HEAD_SPLIT_MAX_KEYS: usize = 256;
 
+/// [`HEAD_SPLIT_MAX_KEYS`] unless `POCKET_ATTN_HEAD_SPLIT_KEYS` names another bound (A/B runs of
+/// the head split at longer contexts, e.g. the 27B decode's 512-640 keys).
+fn head_split_max_keys() -> usize {
+    static KEYS: OnceLock<usize> = OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("POCKET_ATTN_HEAD_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(HEAD_SPLIT_MAX_KEYS)
+    })
+}
+
 /// Most key-loop iterations a decode block with one or two heads runs without splitting.
 const SHORT_MAX_ITERS: usize = 4;
 
@@ -221,7 +233,7 @@ fn fused_q8_output() -> bool {
 /// `group` query heads under a context bound of `keys`.
 fn decode_head_split(group: usize, keys: usize) -> (usize, usize) {
     let h = short_heads_per_block();
-    if keys > HEAD_SPLIT_MAX_KEYS || h == 0 || h >= group {
+    if keys > head_split_max_keys() || h == 0 || h >= group {
         return (0, 1);
     }
     (h, group.div_ceil(h))
@@ -451,7 +463,7 @@ fn attention_impl(
         // head-split range, not per bound, so an eager step (exact length) and a graph replay
         // (its bucket) run the same split count and give the same bits.
         true if (1..=2).contains(&hpb)
-            && HEAD_SPLIT_MAX_KEYS <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
+            && head_split_max_keys() <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
         {
             1
         }
