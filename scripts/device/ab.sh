@@ -5,8 +5,8 @@
 #
 #   AB_SETS="default=;ring8=POCKET_FP8_RING=8" ROUNDS=2 bash bundle/ab.sh
 #
-# AB_SETS: ';'-separated `name=VAR=value VAR2=value ...` (an empty list after `name=` is the
-# defaults). AB_MODEL: the synthetic model (default synthetic:qwen3.5-27b:fp8). Each run's output
+# AB_SETS: ';'-separated `name=VAR=value VAR2=value ... [--run-flag value ...]` (an empty list
+# after `name=` is the defaults). AB_MODEL: the synthetic model (default synthetic:qwen3.5-27b:fp8). Each run's output
 # goes to $OUT/ab/<name>-<round>.txt; a table of decode tok/s per setting and round comes last.
 set -u
 BUNDLE="${BUNDLE:-$(cd "$(dirname "$0")" && pwd)}"
@@ -19,9 +19,15 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   for s in "${sets[@]}"; do
     name="${s%%=*}"
     vars="${s#*=}"
-    env $vars timeout "${AB_TIMEOUT:-300}" "$BUNDLE/bin/pocket-bench" run --model "$MODEL" --device cuda --prompt-tokens 512 \
-      --gen-tokens 128 --reps 3 --synth-dir /tmp/big --vocab-dir "$BUNDLE/vocab" \
-      >"$OUT/ab/$name-$r.txt" 2>&1
+    # Leading VAR=value words go to the environment, the rest (e.g. --kv-cache f32) to the run.
+    envs=()
+    args=()
+    for w in $vars; do
+      if [ ${#args[@]} -eq 0 ] && [[ $w == *=* ]]; then envs+=("$w"); else args+=("$w"); fi
+    done
+    env "${envs[@]}" timeout "${AB_TIMEOUT:-300}" "$BUNDLE/bin/pocket-bench" run --model "$MODEL" --device cuda \
+      --prompt-tokens 512 --gen-tokens 128 --reps 3 --synth-dir /tmp/big --vocab-dir "$BUNDLE/vocab" \
+      "${args[@]}" >"$OUT/ab/$name-$r.txt" 2>&1
   done
 done
 echo "==== decode tg128 tok/s (median of 3) per setting and round: $MODEL ===="

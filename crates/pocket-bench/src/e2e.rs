@@ -36,6 +36,9 @@ pub struct RunRequest {
     pub synth: SynthOptions,
     /// Directory for generated synthetic models.
     pub synth_dir: Option<PathBuf>,
+    /// Our engine's KV cache element type (`f32`, `f16`, `bf16`); `None`: the engine's default
+    /// for the device (`pocket_models::default_cache_dtype`).
+    pub kv_cache: Option<String>,
 }
 
 /// Resolves a model argument to a path (generating synthetic models on first use).
@@ -108,12 +111,36 @@ fn open_target(req: &RunRequest, path: &Path) -> Result<Box<dyn Target>> {
             let max_seq = s.depth + s.prompt_tokens.max(1) + s.gen_tokens + 8;
             let step = s.batch * s.depth.max(s.prompt_tokens).max(1);
             Ok(Box::new(crate::engine::EngineTarget::open(
-                path, d, s.batch, max_seq, step,
+                path,
+                d,
+                s.batch,
+                max_seq,
+                step,
+                kv_dtype(req)?,
             )?))
         }
         (e, _) => Err(BenchError::Usage(format!(
             "unknown engine `{e}` (pocket|standin)"
         ))),
+    }
+}
+
+/// The KV cache element type our engine runs with: `--kv-cache`, else the engine's default for
+/// the device.
+#[cfg(feature = "engine")]
+fn kv_dtype(req: &RunRequest) -> Result<pocket_kernels::DType> {
+    use pocket_kernels::DType;
+    match req.kv_cache.as_deref() {
+        Some("f32") => Ok(DType::F32),
+        Some("f16") => Ok(DType::F16),
+        Some("bf16") => Ok(DType::BF16),
+        Some(other) => Err(BenchError::Usage(format!(
+            "--kv-cache {other}: f32, f16 or bf16"
+        ))),
+        None => {
+            let kind: pocket_kernels::DeviceKind = req.device.parse().map_err(BenchError::Usage)?;
+            Ok(pocket_models::default_cache_dtype(kind))
+        }
     }
 }
 
@@ -150,6 +177,11 @@ pub fn run_e2e(req: &RunRequest) -> Result<Record> {
     drop(store);
     let mut notes = Vec::new();
     let mut target = open_target(req, &path)?;
+    #[cfg(feature = "engine")]
+    if req.engine == "pocket" {
+        let kv = format!("{:?}", kv_dtype(req)?).to_lowercase();
+        notes.push(format!("pocketllm KV cache: {kv}"));
+    }
     if req.engine == "standin" {
         notes.push(
             "stand-in engine: every 2-D weight through pocket-quant matmul per token, no attention; \
@@ -264,7 +296,13 @@ fn depth_prefill(
         ..settings.clone()
     };
     let max_seq = s.depth + s.prompt_tokens + 8;
-    let mut t = crate::model_target::ModelTarget::open(path, &req.device, s.batch, max_seq)?;
+    let mut t = crate::model_target::ModelTarget::open(
+        path,
+        &req.device,
+        s.batch,
+        max_seq,
+        kv_dtype(req)?,
+    )?;
     let d = run(&mut t, &s)?;
     drop(t);
     m.prefill_tok_s = d.prefill_tok_s;

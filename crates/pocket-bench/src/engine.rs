@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use pocket_kernels::DeviceKind;
+use pocket_kernels::{DType, DeviceKind};
 use pocket_models::sampling::SamplingParams;
 use pocket_models::{Engine, GenerateParams};
 
@@ -22,13 +22,15 @@ fn err(e: impl std::fmt::Display) -> BenchError {
 }
 
 impl EngineTarget {
-    /// Loads `path` on `device` with room for `batch` sequences of `max_seq` tokens.
+    /// Loads `path` on `device` with room for `batch` sequences of `max_seq` tokens in a KV
+    /// cache of `kv` elements.
     pub fn open(
         path: &Path,
         device: &str,
         batch: usize,
         max_seq: usize,
         max_step_tokens: usize,
+        kv: DType,
     ) -> Result<Self> {
         let kind: DeviceKind = device.parse().map_err(BenchError::Usage)?;
         let engine = Engine::builder()
@@ -37,6 +39,7 @@ impl EngineTarget {
             .max_seq_len(max_seq)
             .cache_tokens(batch * max_seq)
             .max_batch_tokens(max_step_tokens.max(batch))
+            .cache_dtype(kv)
             .build()
             .map_err(err)?;
         Ok(EngineTarget {

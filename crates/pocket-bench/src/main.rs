@@ -18,7 +18,7 @@ const USAGE: &str = "usage:
   pocket-bench run --model PATH|synthetic:PRESET:FORMAT [--device cpu|cuda] [--engine pocket|standin]
                    [--prompt-tokens N] [--gen-tokens M] [--reps R] [--warmup W] [--batch B] [--depth D]
                    [--threads T] [--compare-llama-bench PATH] [--record-dir DIR] [--synth-dir DIR]
-                   [--vocab-dir DIR] [--json]
+                   [--vocab-dir DIR] [--kv-cache f32|f16|bf16] [--json]
   pocket-bench set cuda|hybrid|moe|cpu [run options except --model] [--delete-after]
   pocket-bench parity --model PATH|synthetic:PRESET:FORMAT [--device cuda] [--steps 64]
                    [--prompt-lengths 7,33,130] [--rel-tol 0.002] [--noise-factor 2] [--margin 0.05]
@@ -72,6 +72,7 @@ fn cmd_synth(argv: &[String]) -> Result<()> {
 
 const RUN_OPTS: &[&str] = &[
     "model",
+    "kv-cache",
     "llama-model",
     "device",
     "engine",
@@ -111,6 +112,7 @@ fn request(a: &Args, model: String, threads: Option<usize>) -> Result<RunRequest
         record_dir: a.get("record-dir").map(PathBuf::from),
         synth: synth_opts(a)?,
         synth_dir: a.get("synth-dir").map(PathBuf::from),
+        kv_cache: a.get("kv-cache").map(str::to_string),
     })
 }
 

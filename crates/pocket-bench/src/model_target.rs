@@ -37,7 +37,13 @@ pub struct ModelTarget {
 
 impl ModelTarget {
     /// Loads `path` on `device` with room for `batch` sequences of `max_seq` tokens.
-    pub fn open(path: &Path, device: &str, batch: usize, max_seq: usize) -> Result<Self> {
+    pub fn open(
+        path: &Path,
+        device: &str,
+        batch: usize,
+        max_seq: usize,
+        kv: DType,
+    ) -> Result<Self> {
         let kind: DeviceKind = device.parse().map_err(BenchError::Usage)?;
         let dev = Device::open(kind).map_err(err)?;
         let store = Arc::new(TensorStore::open(path)?);
@@ -56,7 +62,7 @@ impl ModelTarget {
                 info.max_context
             )));
         }
-        let cfg = info.kv_cache_config(batch * max_seq, max_seq, DType::F32);
+        let cfg = info.kv_cache_config(batch * max_seq, max_seq, kv);
         let cache = KvCache::new(&dev, cfg).map_err(err)?;
         Ok(ModelTarget {
             dev,
@@ -189,9 +195,9 @@ mod tests {
     #[test]
     fn chunked_prefill_at_depth_equals_one_forward() {
         let tokens: Vec<u32> = (0..90u32).map(|i| (i * 37 + 11) % 120 + 1).collect();
-        let mut whole = ModelTarget::open(&fixture(), "cpu", 2, 128).unwrap();
+        let mut whole = ModelTarget::open(&fixture(), "cpu", 2, 128, DType::F32).unwrap();
         let reference = whole.append(2, &tokens).unwrap();
-        let mut parts = ModelTarget::open(&fixture(), "cpu", 2, 128)
+        let mut parts = ModelTarget::open(&fixture(), "cpu", 2, 128, DType::F32)
             .unwrap()
             .with_chunk(16);
         // 64 tokens of depth in 4 forwards, then a 26-token chunk at depth 64.

@@ -9,7 +9,7 @@ pub mod store;
 pub mod tokenizer;
 
 pub use engine::{
-    Engine, EngineBuilder, FinishReason, GenerateParams, Generation, GenerationStream, StreamEvent,
-    TokenEvent, Usage,
+    default_cache_dtype, Engine, EngineBuilder, FinishReason, GenerateParams, Generation,
+    GenerationStream, StreamEvent, TokenEvent, Usage,
 };
 pub use model::Model;
