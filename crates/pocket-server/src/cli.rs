@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pocket_kernels::DType;
+
 use crate::backend::InferenceBackend;
 use crate::fake::{FakeBackend, FakeConfig};
 use crate::server::{Server, ServerConfig};
@@ -29,6 +31,9 @@ pub struct CliArgs {
     pub ctx_size: Option<usize>,
     /// Device name (`cpu`, `cuda`, `cuda:1`).
     pub device: String,
+    /// KV cache element type; `None` = the engine's default for the device (f16 on a GPU, f32 on
+    /// the CPU).
+    pub kv_cache: Option<DType>,
     /// Waiting requests allowed beyond the running batch (429 above).
     pub max_queue: usize,
     /// Per-request time limit.
@@ -52,6 +57,7 @@ impl Default for CliArgs {
             max_sequences: 8,
             ctx_size: None,
             device: "cpu".into(),
+            kv_cache: None,
             max_queue: 64,
             timeout: Duration::from_secs(600),
             max_body_bytes: 4 << 20,
@@ -74,6 +80,7 @@ usage: pocket-server [options]
   --max-sequences N    sequences generated together (default 8)
   --ctx-size N         context length per sequence in tokens (default: the model's)
   --device DEV         cpu, cuda or cuda:N (default cpu)
+  --kv-cache TYPE      KV cache element type: f32, f16 or bf16 (default f16 on cuda, f32 on cpu)
   --max-queue N        requests allowed to wait for a slot; more get 429 (default 64)
   --timeout SECS       per-request time limit (default 600)
   --max-body BYTES     request body limit (default 4194304)
@@ -128,6 +135,20 @@ where
 }
 
 /// Parses a byte count with an optional binary K/M/G/T suffix (`512M`, `8G`).
+/// A KV cache element type by name.
+fn cache_type(flag: &str, v: &str) -> Result<DType, CliError> {
+    match v {
+        "f32" => Ok(DType::F32),
+        "f16" => Ok(DType::F16),
+        "bf16" => Ok(DType::BF16),
+        _ => Err(CliError::BadValue {
+            flag: flag.into(),
+            value: v.into(),
+            why: "f32, f16 or bf16".into(),
+        }),
+    }
+}
+
 fn size(flag: &str, v: &str) -> Result<u64, CliError> {
     let t = v.trim();
     let (digits, shift) = match t.char_indices().last() {
@@ -202,6 +223,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(
             "--max-sequences",
             "--ctx-size",
             "--device",
+            "--kv-cache",
             "--max-queue",
             "--timeout",
             "--max-body",
@@ -229,6 +251,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(
             "--max-sequences" => a.max_sequences = num(&flag, &v, 1usize)?,
             "--ctx-size" => a.ctx_size = Some(num(&flag, &v, 16usize)?),
             "--device" => a.device = v,
+            "--kv-cache" => a.kv_cache = Some(cache_type(&flag, &v)?),
             "--max-queue" => a.max_queue = num(&flag, &v, 0usize)?,
             "--timeout" => a.timeout = Duration::from_secs_f64(num(&flag, &v, 0.001f64)?),
             "--max-body" => a.max_body_bytes = num(&flag, &v, 1024usize)?,
@@ -269,6 +292,7 @@ pub fn build_backend(args: &CliArgs) -> Result<Arc<dyn InferenceBackend>, String
                 id: id.map(str::to_string),
                 model: model.to_string(),
                 device,
+                kv_cache: args.kv_cache,
                 ctx_size: args.ctx_size,
                 max_sequences: args.max_sequences,
                 max_queue: args.max_queue,
@@ -447,6 +471,22 @@ mod tests {
         let b = build_backend(&a).unwrap();
         let ids: Vec<String> = b.models().into_iter().map(|m| m.id).collect();
         assert_eq!(ids, ["one", "two"]);
+    }
+
+    #[test]
+    fn kv_cache_types() {
+        assert_eq!(p(&[]).unwrap().kv_cache, None);
+        assert_eq!(
+            p(&["--kv-cache", "f16"]).unwrap().kv_cache,
+            Some(DType::F16)
+        );
+        assert_eq!(p(&["--kv-cache=bf16"]).unwrap().kv_cache, Some(DType::BF16));
+        assert_eq!(
+            p(&["--kv-cache", "f32"]).unwrap().kv_cache,
+            Some(DType::F32)
+        );
+        let e = p(&["--kv-cache", "q8_0"]).unwrap_err();
+        assert!(e.to_string().contains("f32, f16 or bf16"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pocket_formats::TensorStore;
-use pocket_kernels::{Device, DeviceKind};
+use pocket_kernels::{DType, Device, DeviceKind};
 use pocket_models::chat_template::{ChatMessage as TplMessage, ChatTemplate, RenderOptions};
 use pocket_models::engine::{Engine, FinishReason as EngineFinish, GenerateParams};
 use pocket_models::sampling::SamplingParams;
@@ -30,6 +30,8 @@ pub struct EngineOptions {
     pub model: String,
     /// Device to run on.
     pub device: DeviceKind,
+    /// KV cache element type; `None` = the engine's default for the device.
+    pub kv_cache: Option<DType>,
     /// Context length per sequence; `None` = the model's (capped at 4096 by the engine default).
     pub ctx_size: Option<usize>,
     /// Sequences generated together.
@@ -212,6 +214,9 @@ fn load(opts: &EngineOptions, path: &Path) -> Result<(SchedulerBackend, u64), St
         .device(opts.device);
     if let Some(n) = opts.ctx_size {
         b = b.max_seq_len(n);
+    }
+    if let Some(t) = opts.kv_cache {
+        b = b.cache_dtype(t);
     }
     let ctx = opts.ctx_size.unwrap_or(4096);
     // Room for every running sequence at full length.

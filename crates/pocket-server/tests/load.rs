@@ -135,6 +135,7 @@ async fn smollm2_32_streaming_clients() {
             id: None,
             model: SMOL.into(),
             device: pocket_kernels::DeviceKind::Cpu,
+            kv_cache: None,
             ctx_size: Some(512),
             max_sequences: 8,
             max_queue: 64,

@@ -208,6 +208,7 @@ fn opts(id: &str, model: &str, ctx: usize, seqs: usize) -> EngineOptions {
         id: Some(id.into()),
         model: model.into(),
         device: pocket_kernels::DeviceKind::Cpu,
+        kv_cache: None,
         ctx_size: Some(ctx),
         max_sequences: seqs,
         max_queue: 64,
