@@ -188,14 +188,10 @@ __device__ __forceinline__ void row1_load_chunk(const uint4* const (&wr)[NR],
 // gemv_fp8_silu_row1). Calls pdl_wait() after the first step's weight loads, before x, then
 // after_wait() (the folded norm's partial sums are requested there, see rms_fold.cuh). CX: see
 // load_x16.
-// PROBE (measurement kernels in persist_probe.cu only; 0 everywhere else): bit 0 reads the
-// activation once (chunk gt's values, reused for every chunk), bit 1 replaces the decode and the
-// products by an xor of the codes plus the activation's sum, bit 2 loads the next chunk's
-// activation while the current one is multiplied (one chunk ahead, 16 more registers).
 // T: chunks between a lane's consecutive chunks (32: the warp splits the row; 64: two warps
 // split it, lane gt taking chunks gt, gt + 64, ... with gt = lane or lane + 32).
 template <int E5M2, bool TILED, int DEC, int NR, int NS, int U, int MINB, bool CX = false,
-          int PROBE = 0, int T = 32, class AfterWait>
+          int T = 32, class AfterWait>
 __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
                                                 const float* const (&srow)[NS],
                                                 const float* __restrict__ x, int nch, int gt,
@@ -221,33 +217,16 @@ __device__ __forceinline__ void row1_accumulate(const uint4* const (&wr)[NR],
     pdl_wait();
     pdl_trigger_early<MINB>();
     after_wait();
-    float xk[16];
-    if (PROBE & 5) load_x16<CX>(x, gt < nch ? gt : 0, nlane, xk);
     for (int c0 = gt; c0 < nch; c0 += STEP) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + T * u;
             if (c >= nch) break;  // and so is every later chunk of this thread
             float xv[16];
-            if (PROBE & 5) {
-#pragma unroll
-                for (int k = 0; k < 16; k++) xv[k] = xk[k];
-                // The next chunk of this thread is c + T (the next slot, or the next step's first).
-                if ((PROBE & 4) && c + T < nch) load_x16<CX>(x, c + T, nlane, xk);
-            } else {
-                load_x16<CX>(x, c, nlane, xv);
-            }
-            float xs = 0.f;
-            if (PROBE & 2) {
-#pragma unroll
-                for (int k = 0; k < 16; k++) xs += xv[k];
-            }
+            load_x16<CX>(x, c, nlane, xv);
 #pragma unroll
             for (int r = 0; r < NR; r++) {
-                const uint4 w4 = q[u][r];
-                const float d = (PROBE & 2)
-                                    ? __uint_as_float((w4.x ^ w4.y ^ w4.z ^ w4.w) & 0x3fffffffu) + xs
-                                    : dot16<E5M2, DEC>(w4, xv);
+                const float d = dot16<E5M2, DEC>(q[u][r], xv);
                 acc[r] = TILED ? fmaf(d, s[u][r / PER], acc[r]) : acc[r] + d;
             }
             // This slot of the next step, into the registers just read.

@@ -82,7 +82,7 @@ __device__ __forceinline__ void gemv_fp8_row1(const uint8_t* __restrict__ w,
         const uint4* wr[R];
         const float* srow[1];
         row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
-        row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, false, 0, 32 * SPLIT>(
+        row1_accumulate<E5M2, TILED, DEC, R, 1, U, MINB, false, 32 * SPLIT>(
             wr, srow, x, cols >> 4, lane + 32 * half, acc, [&] {
                 if (f.parts_in && tid < 32) ss_in = rms_fold_sum(f.parts_in, f.nparts);
             });

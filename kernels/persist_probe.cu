@@ -19,13 +19,6 @@
 //    loads in flight per thread. Together with the GEMV on the same weight they tell the
 //    memory system's time for one such read from the kernel's own (tests/cuda_bench_persist.rs,
 //    session 12). sink[0] is written only if the xor hits a value random data never gives.
-//  * probe_gemv_<part>(w, sc, x, out, rows, cols): n1d6's one-row GEMV (E4M3, 128x128 tile
-//    scales) with one part of its work left out or changed (row1_accumulate's PROBE bits), to
-//    tell which part keeps the 5120-row GEMVs at ~80% of the bare reads' speed (session 13):
-//    `full` (none: n1d6 itself), `nox` (activation read once), `nomath` (xor instead of decode
-//    and products), `bare` (both: weights and tile scales only), `noscale` (no tile-scale
-//    loads), `xnext` (next chunk's activation loaded one chunk ahead) and `xnext5` (the same at
-//    5 steps in flight, to stay in registers).
 //
 // Launch (cuda/persist_probe.rs): block 128, every block resident at once (at most
 // PERSIST_MINB per SM), max(r1, c1) / 4 warps at most; bar: two words zeroed once (every
@@ -164,36 +157,3 @@ extern "C" __global__ void __launch_bounds__(256) probe_read_stream(const uint4*
     }
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
-
-// See the top of the file: n1d6's body (gemv_fp8.cu gemv_fp8_row1 without the fold) with
-// row1_accumulate's PROBE bits. Grid: rows / 16 blocks of 128 threads.
-template <bool TILED, int U, int PROBE>
-DEVI void probe_gemv_row1(const uint8_t* __restrict__ w, const float* __restrict__ sc,
-                          const float* __restrict__ x, float* __restrict__ out, int rows,
-                          int cols) {
-    constexpr int R = 4;
-    const int lane = threadIdx.x & 31;
-    const int row0 = (blockIdx.x * (FP8R_THREADS / 32) + threadIdx.x / 32) * R;
-    if (row0 >= rows) return;
-    const uint4* wr[R];
-    const float* srow[1];
-    row1_group<TILED, R>(w, sc, rows, cols, row0, wr, srow);
-    float acc[R];
-    row1_accumulate<0, TILED, 1, R, 1, U, 3, false, PROBE>(wr, srow, x, cols >> 4, lane, acc,
-                                                            [] {});
-    const float v = row1_lane_total<R>(acc, lane, 1.f);
-    if (lane < R && row0 + lane < rows) out[row0 + lane] = v;
-}
-
-#define PROBE_GEMV(name, tiled, u, probe)                                                          \
-    extern "C" __global__ void __launch_bounds__(FP8R_THREADS, 3) probe_gemv_##name(            \
-        const uint8_t* w, const float* sc, const float* x, float* out, int rows, int cols) {   \
-        probe_gemv_row1<tiled, u, probe>(w, sc, x, out, rows, cols);                           \
-    }
-PROBE_GEMV(full, true, 6, 0)
-PROBE_GEMV(nox, true, 6, 1)
-PROBE_GEMV(nomath, true, 6, 2)
-PROBE_GEMV(bare, true, 6, 3)
-PROBE_GEMV(noscale, false, 6, 0)
-PROBE_GEMV(xnext, true, 6, 4)
-PROBE_GEMV(xnext5, true, 5, 4)

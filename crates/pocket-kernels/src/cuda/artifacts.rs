@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "77a60d7afe91a1f86cf06ba12cd633b4eca3daf603df88ec5a71e56a18597687";
+    "d10a3cf9e0aeb134568b53157a5aa605b1b92cd636315cc186e853a1152cc960";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -264,9 +264,6 @@ pub enum Kernel {
     /// The one-row GEMV's weight reads alone (`probe_read_rows`) or the same bytes read
     /// grid-stride (`probe_read_stream`, `true`), no arithmetic (kernels/persist_probe.cu).
     ProbeRead(bool),
-    /// n1d6's one-row FP8 GEMV with one part of its work left out or changed
-    /// (`probe_gemv_<part>`, kernels/persist_probe.cu).
-    ProbeGemv(ProbeGemvPart),
     AddBias,
     AddAssign,
     SiluMul,
@@ -386,51 +383,6 @@ macro_rules! q8_table {
     };
 }
 
-/// Which part of n1d6's work `probe_gemv_<part>` leaves out or changes (kernels/persist_probe.cu).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProbeGemvPart {
-    /// Nothing: n1d6 itself.
-    Full,
-    /// The activation read once and reused.
-    NoX,
-    /// An xor of the codes instead of the decode and the products.
-    NoMath,
-    /// Both: weights and tile scales only.
-    Bare,
-    /// No tile-scale loads.
-    NoScale,
-    /// The next chunk's activation loaded one chunk ahead.
-    XNext,
-    /// `XNext` with 5 steps of weight loads in flight instead of 6.
-    XNext5,
-}
-
-impl ProbeGemvPart {
-    /// Every part, in the order the bench prints them.
-    pub const ALL: [ProbeGemvPart; 7] = [
-        ProbeGemvPart::Full,
-        ProbeGemvPart::NoX,
-        ProbeGemvPart::NoMath,
-        ProbeGemvPart::Bare,
-        ProbeGemvPart::NoScale,
-        ProbeGemvPart::XNext,
-        ProbeGemvPart::XNext5,
-    ];
-
-    /// The kernel's symbol.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            ProbeGemvPart::Full => "probe_gemv_full",
-            ProbeGemvPart::NoX => "probe_gemv_nox",
-            ProbeGemvPart::NoMath => "probe_gemv_nomath",
-            ProbeGemvPart::Bare => "probe_gemv_bare",
-            ProbeGemvPart::NoScale => "probe_gemv_noscale",
-            ProbeGemvPart::XNext => "probe_gemv_xnext",
-            ProbeGemvPart::XNext5 => "probe_gemv_xnext5",
-        }
-    }
-}
-
 impl Kernel {
     /// The module and symbol of this kernel (string literals, resolved at compile time).
     pub fn symbol(self) -> (ModuleId, &'static str) {
@@ -446,7 +398,6 @@ impl Kernel {
             Kernel::PersistFp8Chain(false) => (M::PersistProbe, "persist_fp8_chain_late"),
             Kernel::ProbeRead(false) => (M::PersistProbe, "probe_read_rows"),
             Kernel::ProbeRead(true) => (M::PersistProbe, "probe_read_stream"),
-            Kernel::ProbeGemv(p) => (M::PersistProbe, p.symbol()),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),

@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result as dr, sys, CudaContext, CudaFunction, CudaStream};
 
 pub use gemv_fp8::Fp8Row1;
-pub use kernels::{Artifact, DevFormat, Kernel, ProbeGemvPart};
+pub use kernels::{Artifact, DevFormat, Kernel};
 pub use memory::{CudaStorage, CudaWeight, WeightLayout};
 
 use crate::error::shape_err;

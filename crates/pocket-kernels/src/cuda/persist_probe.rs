@@ -5,8 +5,8 @@
 
 use pocket_quant::QuantFormat;
 
-use super::kernels::{Kernel, ProbeGemvPart};
-use super::matmul_fp8::{prepare, weight_ptrs, Fp8Kind};
+use super::kernels::Kernel;
+use super::matmul_fp8::{weight_ptrs, Fp8Kind};
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::{DType, Result, Tensor, Weight};
@@ -149,33 +149,15 @@ impl CudaBackend {
         }
     }
 
-    /// `out [1, rows] = x · Wᵀ` by n1d6's one-row GEMV with `part` of its work left out or
-    /// changed (kernels/persist_probe.cu `probe_gemv_<part>`; only `Full`, `XNext` and `XNext5`
-    /// compute the product, the others a value of no meaning). `w`: FP8 E4M3 128x128.
-    pub fn probe_gemv(
-        &self,
-        part: ProbeGemvPart,
-        x: &Tensor,
-        w: &Weight,
-        out: &mut Tensor,
-    ) -> Result<()> {
-        const OP: &str = "probe_gemv";
-        let p = prepare(self, OP, probe_kind(OP, w)?, x, w, out)?;
-        if p.n != 1 {
-            return Err(shape_err(OP, format!("x {:?} is not one row", x.shape)));
-        }
-        self.launch(
-            OP,
-            Kernel::ProbeGemv(part),
-            (p.rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
-            128,
-            args![p.w, p.scales, p.x, p.out, p.rows as i32, p.cols as i32],
-        )
-    }
-
-    /// The codes and tile scales of `w` (see [`probe_kind`]).
+    /// The codes and tile scales of `w`: the probes take FP8 E4M3 with 128x128 tile scales only.
     fn probe_weight(&self, op: &'static str, w: &Weight) -> Result<(u64, u64)> {
-        weight_ptrs(self, op, probe_kind(op, w)?, w)
+        match Fp8Kind::of(w.format) {
+            Some(k) if w.format == QuantFormat::Fp8E4M3Block128 => weight_ptrs(self, op, k, w),
+            _ => Err(shape_err(
+                op,
+                format!("{} weight (FP8 E4M3 128x128 only)", w.format),
+            )),
+        }
     }
 
     /// The two u32 words of the persistent probes' grid barrier (count, generation), zeroed:
@@ -183,16 +165,5 @@ impl CudaBackend {
     /// compares the generation with the value it read (no upload inside a timed loop).
     pub fn probe_barrier_words(&self) -> Result<Tensor> {
         crate::Backend::upload_u32(self, &[0, 0], &[2])
-    }
-}
-
-/// The FP8 kind of `w`: the probes take FP8 E4M3 with 128x128 tile scales only.
-fn probe_kind(op: &'static str, w: &Weight) -> Result<Fp8Kind> {
-    match Fp8Kind::of(w.format) {
-        Some(k) if w.format == QuantFormat::Fp8E4M3Block128 => Ok(k),
-        _ => Err(shape_err(
-            op,
-            format!("{} weight (FP8 E4M3 128x128 only)", w.format),
-        )),
     }
 }
