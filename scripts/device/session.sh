@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# One whole device session in the background, so that no device time is lost between tool calls:
+# One whole device session in the background, so that no device time is lost between tool calls
+# (the llama.cpp stages need .cache/llamacpp; when it does not fit one call beside the bundle,
+# carry it in an earlier call on the same warm machine, as docs/performance/logs/
+# 2026-12-02-s15-call1/README.md shows):
 #   call 1:  tar -xJf .cache/device/bundle.tar.xz && bash bundle/session.sh start && bash bundle/session.sh wait 560
 #   call 2+: bash bundle/session.sh wait 560        (repeat until it prints "session done")
 # Stages, in order: llama.cpp's CUDA build (in parallel, on the CPUs), every test binary and the
