@@ -129,14 +129,9 @@ fn open_target(req: &RunRequest, path: &Path) -> Result<Box<dyn Target>> {
 /// the device.
 #[cfg(feature = "engine")]
 fn kv_dtype(req: &RunRequest) -> Result<pocket_kernels::DType> {
-    use pocket_kernels::DType;
     match req.kv_cache.as_deref() {
-        Some("f32") => Ok(DType::F32),
-        Some("f16") => Ok(DType::F16),
-        Some("bf16") => Ok(DType::BF16),
-        Some(other) => Err(BenchError::Usage(format!(
-            "--kv-cache {other}: f32, f16 or bf16"
-        ))),
+        Some(name) => pocket_models::cache_dtype_by_name(name)
+            .ok_or_else(|| BenchError::Usage(format!("--kv-cache {name}: f32, f16 or bf16"))),
         None => {
             let kind: pocket_kernels::DeviceKind = req.device.parse().map_err(BenchError::Usage)?;
             Ok(pocket_models::default_cache_dtype(kind))
@@ -151,6 +146,12 @@ pub fn run_e2e(req: &RunRequest) -> Result<Record> {
             "--device {}: cpu or cuda",
             req.device
         )));
+    }
+    // A bad --kv-cache is refused here, before a synthetic model is generated.
+    let mut notes = Vec::new();
+    #[cfg(feature = "engine")]
+    if req.engine == "pocket" {
+        notes.push(format!("pocketllm KV cache: {}", kv_dtype(req)?.name()));
     }
     let (path, synthetic) = resolve_model(&req.model, req.synth_dir.as_deref(), &req.synth)?;
     let store = TensorStore::open(&path)?;
@@ -175,13 +176,7 @@ pub fn run_e2e(req: &RunRequest) -> Result<Record> {
     let mut settings = req.settings.clone();
     settings.vocab = vocab_rows(&store);
     drop(store);
-    let mut notes = Vec::new();
     let mut target = open_target(req, &path)?;
-    #[cfg(feature = "engine")]
-    if req.engine == "pocket" {
-        let kv = format!("{:?}", kv_dtype(req)?).to_lowercase();
-        notes.push(format!("pocketllm KV cache: {kv}"));
-    }
     if req.engine == "standin" {
         notes.push(
             "stand-in engine: every 2-D weight through pocket-quant matmul per token, no attention; \

@@ -16,6 +16,16 @@ pub enum DType {
 }
 
 impl DType {
+    /// The type's name as the command lines take it (`f32`, `f16`, `bf16`, `u32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::U32 => "u32",
+        }
+    }
+
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {

@@ -9,7 +9,7 @@ pub mod store;
 pub mod tokenizer;
 
 pub use engine::{
-    default_cache_dtype, Engine, EngineBuilder, FinishReason, GenerateParams, Generation,
-    GenerationStream, StreamEvent, TokenEvent, Usage,
+    cache_dtype_by_name, default_cache_dtype, Engine, EngineBuilder, FinishReason, GenerateParams,
+    Generation, GenerationStream, StreamEvent, TokenEvent, Usage,
 };
 pub use model::Model;

@@ -134,21 +134,16 @@ where
     Ok(x)
 }
 
-/// Parses a byte count with an optional binary K/M/G/T suffix (`512M`, `8G`).
 /// A KV cache element type by name.
 fn cache_type(flag: &str, v: &str) -> Result<DType, CliError> {
-    match v {
-        "f32" => Ok(DType::F32),
-        "f16" => Ok(DType::F16),
-        "bf16" => Ok(DType::BF16),
-        _ => Err(CliError::BadValue {
-            flag: flag.into(),
-            value: v.into(),
-            why: "f32, f16 or bf16".into(),
-        }),
-    }
+    pocket_models::cache_dtype_by_name(v).ok_or_else(|| CliError::BadValue {
+        flag: flag.into(),
+        value: v.into(),
+        why: "f32, f16 or bf16".into(),
+    })
 }
 
+/// Parses a byte count with an optional binary K/M/G/T suffix (`512M`, `8G`).
 fn size(flag: &str, v: &str) -> Result<u64, CliError> {
     let t = v.trim();
     let (digits, shift) = match t.char_indices().last() {

@@ -1,8 +1,6 @@
 //! KV-cache write and paged attention launchers. Batch metadata is validated on the host from the
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
-use std::sync::OnceLock;
-
 use super::kernels::{CacheType, Kernel};
 use super::switch::{EnvChoice, EnvSwitch};
 use super::{CudaBackend, Scratch};
@@ -145,38 +143,13 @@ fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize, big_group:
     let per_sm = if big_group { 2 } else { 3 };
     (per_sm * sm_count as usize / blocks.max(1))
         .min(max_len.div_ceil(DECODE_MIN_KEYS))
-        .clamp(1, decode_split_cap())
-}
-
-/// Most key splits of a decode launch: `POCKET_ATTN_SPLITS` (1..=256; unset or invalid:
-/// [`DECODE_MAX_SPLITS`]), for A/B runs of fewer, longer splits against the combine's cost.
-fn decode_split_cap() -> usize {
-    static CAP: OnceLock<usize> = OnceLock::new();
-    *CAP.get_or_init(|| {
-        std::env::var("POCKET_ATTN_SPLITS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n >= 1)
-            .map_or(DECODE_MAX_SPLITS, |n| n.min(DECODE_MAX_SPLITS))
-    })
+        .clamp(1, DECODE_MAX_SPLITS)
 }
 
 /// Longest context bound (keys) at which the decode kernel spreads a GQA group's query heads over
 /// several blocks: there the kernel's time is each thread's dependent chain, which grows with the
 /// heads a block serves, and re-reading the few K/V rows once per block costs only L2 traffic.
 const HEAD_SPLIT_MAX_KEYS: usize = 256;
-
-/// [`HEAD_SPLIT_MAX_KEYS`] unless `POCKET_ATTN_HEAD_SPLIT_KEYS` names another bound (A/B runs of
-/// the head split at longer contexts, e.g. the 27B decode's 512-640 keys).
-fn head_split_max_keys() -> usize {
-    static KEYS: OnceLock<usize> = OnceLock::new();
-    *KEYS.get_or_init(|| {
-        std::env::var("POCKET_ATTN_HEAD_SPLIT_KEYS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(HEAD_SPLIT_MAX_KEYS)
-    })
-}
 
 /// Most key-loop iterations a decode block with one or two heads runs without splitting.
 const SHORT_MAX_ITERS: usize = 4;
@@ -233,7 +206,7 @@ fn fused_q8_output() -> bool {
 /// `group` query heads under a context bound of `keys`.
 fn decode_head_split(group: usize, keys: usize) -> (usize, usize) {
     let h = short_heads_per_block();
-    if keys > head_split_max_keys() || h == 0 || h >= group {
+    if keys > HEAD_SPLIT_MAX_KEYS || h == 0 || h >= group {
         return (0, 1);
     }
     (h, group.div_ceil(h))
@@ -463,7 +436,7 @@ fn attention_impl(
         // head-split range, not per bound, so an eager step (exact length) and a graph replay
         // (its bucket) run the same split count and give the same bits.
         true if (1..=2).contains(&hpb)
-            && head_split_max_keys() <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
+            && HEAD_SPLIT_MAX_KEYS <= SHORT_MAX_ITERS * short_iter_keys(hd) =>
         {
             1
         }

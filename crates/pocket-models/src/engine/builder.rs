@@ -47,6 +47,14 @@ pub fn default_cache_dtype(device: DeviceKind) -> DType {
     }
 }
 
+/// A KV cache element type by its name (`f32`, `f16` or `bf16`, as [`DType::name`] spells
+/// them); `None` for any other name.
+pub fn cache_dtype_by_name(name: &str) -> Option<DType> {
+    [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .find(|t| t.name() == name)
+}
+
 impl EngineBuilder {
     /// A store alias (`smollm2-135m-instruct`) or a path to a GGUF file or safetensors folder.
     pub fn model(mut self, name: impl Into<String>) -> Self {

@@ -14,7 +14,7 @@ mod stream;
 
 use std::collections::BTreeMap;
 
-pub use builder::{default_cache_dtype, EngineBuilder};
+pub use builder::{cache_dtype_by_name, default_cache_dtype, EngineBuilder};
 pub use error::{EngineError, Result};
 pub use sequence::{FinishReason, GenerateParams, TokenEvent};
 pub use stream::{GenerationStream, StreamEvent, Usage};
