@@ -316,14 +316,18 @@ template <> struct Kv8<float> {
 // spilling (f32 rows are twice the registers of f16/bf16 ones; GM > 4 holds twice the q and acc).
 // One or two heads per block (the short-context head split) leave room for 4 f32 keys, so a
 // head_dim-64 block covers 64 keys per iteration and a 256-key context in 4 (attn.rs
-// SHORT_MAX_ITERS runs those with one split: no combine launch).
+// SHORT_MAX_ITERS runs those with one split: no combine launch). (Twice these keys in the
+// cluster form made the 8B decode 3.7% slower: performance/cuda-dense.md, session 16.)
 template <typename T, int GM> struct AtdUnroll {
     static constexpr int U = sizeof(T) == 4 ? (GM <= 2 ? 4 : 2) : (GM > 4 ? 2 : 4);
 };
 
-// Shared memory of one block: accumulators [KG][GM][HD] (KG * HD = 8 * 128), maxima, sums and
-// merge weights [KG][GM] (KG * GM <= 128), and per head the merged max and sum.
-#define ATD_SMEM_FLOATS(GM) (8 * ATD_THREADS * (GM) + 3 * ATD_THREADS + 2 * 8)
+// Shared memory of a block of NT threads: accumulators [KG][GM][HD] (KG * HD = 8 * NT), maxima,
+// sums and merge weights [KG][GM] (KG * GM <= NT), and per head the merged max and sum; the
+// cluster form (CS > 0) adds its split's unnormalized rows [GM][HD] for the cluster merge.
+#define ATD_SMEM_FLOATS(GM, CS, NT) (8 * (NT) * (GM) + 3 * (NT) + 2 * 8 + ((CS) > 0 ? (GM) * 256 : 0))
+
+#include "attention_cluster.cuh"
 
 // The query heads of block y: Gb heads from h0 of KV head kvh's G (all G with heads_per_block 0).
 // Fewer heads per block shorten each thread's dependent chain (the G x U scores, exps and
@@ -340,9 +344,11 @@ DEVI AtdHeads atd_heads(const AttnArgs& a) {
     return AtdHeads{G, (int)blockIdx.y / nhb, hb * hpb, min(hpb, G - hb * hpb)};
 }
 
-template <typename T, int GM, int HD>
+// CS = 0: split partials go to global memory for attn_combine; CS > 0: the launch has exactly CS
+// splits, one cluster, merged by atc_merge (attention_cluster.cuh). NT threads per block.
+template <typename T, int GM, int HD, int CS, int NT>
 __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
-    constexpr int TPK = HD / 8, KG = ATD_THREADS / TPK, U = AtdUnroll<T, GM>::U;
+    constexpr int TPK = HD / 8, KG = NT / TPK, U = AtdUnroll<T, GM>::U;
     AtdHeads hs = atd_heads(a);
     int s = blockIdx.x, kvh = hs.kvh, split = blockIdx.z;
     int tid = threadIdx.x;
@@ -373,7 +379,10 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
     int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
     int nkeys = pos - k_lo + 1;
     int nsplit = dec_splits(nkeys, a.splits, a.min_keys);
-    if (split >= nsplit) return;  // the whole block: no barrier is skipped by part of it
+    // The whole block leaves: no barrier is skipped by part of it. A cluster's blocks all stay
+    // (an empty split merges with weight 0) unless one split does everything, which every block
+    // of the cluster sees alike (its sequence's length), so none then waits at a cluster barrier.
+    if (CS == 0 ? split >= nsplit : nsplit == 1 && split > 0) return;
     int per = (nkeys + nsplit - 1) / nsplit;
     int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
     const T* kc = (const T*)a.k_cache;
@@ -454,11 +463,12 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
     }
     // Merge the KG groups.
     float* sacc = smem;                          // [KG][GM][HD]
-    float* sm = sacc + 8 * ATD_THREADS * GM;     // [KG][GM]
-    float* sl = sm + ATD_THREADS;                // [KG][GM]
-    float* sw = sl + ATD_THREADS;                // [KG][GM]: exp(m - M) of each group and head
-    float* sL = sw + ATD_THREADS;                // [GM]: merged sum
+    float* sm = sacc + 8 * NT * GM;              // [KG][GM]
+    float* sl = sm + NT;                         // [KG][GM]
+    float* sw = sl + NT;                         // [KG][GM]: exp(m - M) of each group and head
+    float* sL = sw + NT;                         // [GM]: merged sum
     float* sM = sL + 8;                          // [GM]: merged max
+    float* so = sM + 8;                          // [GM][HD]: unnormalized rows (CS > 0)
 #pragma unroll
     for (int g = 0; g < GM; g++) {
         if (dl == 0) {
@@ -490,7 +500,7 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
         }
     }
     __syncthreads();
-    for (int idx = tid; idx < G * HD; idx += ATD_THREADS) {
+    for (int idx = tid; idx < G * HD; idx += NT) {
         int g = idx / HD, d = idx % HD;
         float o = 0.f;
 #pragma unroll
@@ -506,6 +516,8 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
                 size_t e = rh * HD + (d & ~31);
                 quant32_warp(v, a.xq + e, a.xd + e / 32, a.xs + e / 32);
             }
+        } else if (CS > 0) {
+            so[g * HD + d] = o;
         } else {
             a.part_acc[(rh * a.splits + split) * HD + d] = o;
             if (d == 0) {
@@ -514,33 +526,38 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
             }
         }
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (CS > 0) {
+        if (nsplit > 1) atc_merge<HD, NT>(a, so, sM, sL, G, hbase);
+    }
+#endif
 }
 
 // GM is the largest group the entry serves; smaller groups take a smaller instantiation so no
 // registers or FMAs go to absent heads (Qwen3.5's group of 6 in the 8-head entry).
-template <typename T, int GM>
+template <typename T, int GM, int CS, int NT>
 __device__ void attn_dec_g(const AttnArgs& a, float* smem) {
     switch (a.head_dim) {
-    case 64: attn_dec_hd<T, GM, 64>(a, smem); break;
-    case 128: attn_dec_hd<T, GM, 128>(a, smem); break;
-    case 256: attn_dec_hd<T, GM, 256>(a, smem); break;
+    case 64: attn_dec_hd<T, GM, 64, CS, NT>(a, smem); break;
+    case 128: attn_dec_hd<T, GM, 128, CS, NT>(a, smem); break;
+    case 256: attn_dec_hd<T, GM, 256, CS, NT>(a, smem); break;
     default: break;  // the host sends other head sizes to `attention`
     }
 }
 
-template <typename T, int GM>
+template <typename T, int GM, int CS, int NT>
 __device__ void attn_decode(const AttnArgs& a) {
-    __shared__ float4 smem4[(ATD_SMEM_FLOATS(GM) + 3) / 4];
+    __shared__ float4 smem4[(ATD_SMEM_FLOATS(GM, CS, NT) + 3) / 4];
     float* smem = (float*)smem4;
     int gb = atd_heads(a).Gb;  // block-uniform
     if (gb == 1) {
-        attn_dec_g<T, 1>(a, smem);
+        attn_dec_g<T, 1, CS, NT>(a, smem);
     } else if (gb == 2) {
-        attn_dec_g<T, 2>(a, smem);
+        attn_dec_g<T, 2, CS, NT>(a, smem);
     } else if (GM > 4 && gb <= 6) {
-        attn_dec_g<T, (GM > 4 ? 6 : GM)>(a, smem);
+        attn_dec_g<T, (GM > 4 ? 6 : GM), CS, NT>(a, smem);
     } else {
-        attn_dec_g<T, GM>(a, smem);
+        attn_dec_g<T, GM, CS, NT>(a, smem);
     }
 }
 
@@ -548,13 +565,35 @@ __device__ void attn_decode(const AttnArgs& a) {
     extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g4(AttnArgs a) {  \
         pdl_wait();                                                                                \
         pdl_trigger();                                                                             \
-        attn_decode<T, 4>(a);                                                                      \
+        attn_decode<T, 4, 0, ATD_THREADS>(a);                                                      \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g8(AttnArgs a) {  \
         pdl_wait();                                                                                \
         pdl_trigger();                                                                             \
-        attn_decode<T, 8>(a);                                                                      \
+        attn_decode<T, 8, 0, ATD_THREADS>(a);                                                      \
     }
 DEF_ATTN_DECODE(f32, float)
 DEF_ATTN_DECODE(f16, __half)
 DEF_ATTN_DECODE(bf16, __nv_bfloat16)
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The cluster forms (sm_90 cubin only; groups up to 4, as the host uses them): grid z =
+// ATD_CLUSTER splits, one cluster; blocks of 128 threads, or 256 (`c8w`: twice the keys per
+// key-loop iteration at the same registers per thread).
+#define DEF_ATTN_DECODE_CLUSTER(name, T)                                                           \
+    extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER) __launch_bounds__(ATD_THREADS) \
+        attn_dec_c8_##name##_g4(AttnArgs a) {                                                      \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attn_decode<T, 4, ATD_CLUSTER, ATD_THREADS>(a);                                            \
+    }                                                                                              \
+    extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER) __launch_bounds__(256)         \
+        attn_dec_c8w_##name##_g4(AttnArgs a) {                                                     \
+        pdl_wait();                                                                                \
+        pdl_trigger();                                                                             \
+        attn_decode<T, 4, ATD_CLUSTER, 256>(a);                                                    \
+    }
+DEF_ATTN_DECODE_CLUSTER(f32, float)
+DEF_ATTN_DECODE_CLUSTER(f16, __half)
+DEF_ATTN_DECODE_CLUSTER(bf16, __nv_bfloat16)
+#endif

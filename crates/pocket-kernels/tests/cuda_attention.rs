@@ -2,7 +2,10 @@
 //! shared ops test's short sequences never reach) against the CPU backend on the same data.
 //! Each case also runs with `max_seq_len` far above the real lengths, as a captured decode graph
 //! passes its context bucket: the split count is then sized for the bound and the kernels must
-//! size their work from the lengths on the device. Skipped without a GPU.
+//! size their work from the lengths on the device. On the H200 (sm_90) the exact bounds up to
+//! 1024 keys of groups up to 4 run the cluster kernel (splits merged in the cluster) and the
+//! 16384 bound the split kernel with `attn_combine`, so both merges are checked. Skipped
+//! without a GPU.
 #![cfg(feature = "cuda")]
 
 #[path = "cuda_common/attn.rs"]

@@ -13,14 +13,16 @@ mod bench;
 
 use bench::{backend_or_skip, time_ms};
 
-/// Decode attention at the engine's shapes (f32 cache, one sequence) from a 1-token context to
-/// 32k: Llama-3-8B (32/8 heads, head_dim 128), Qwen2.5-0.5B (14/2, group 7, head_dim 64) and
+/// Decode attention at the engine's shapes (f16 and f32 caches, one sequence) from a 1-token
+/// context to 32k, with the cluster merge of the splits (sm_90, groups up to 4, bounds up to
+/// 1024 keys; blocks of 128 or 256 threads) and without it (`set_attn_cluster`; the 27B and
+/// Qwen2.5 groups of 6 and 7 never take it, so their lines show the split kernel): Llama-3-8B (32/8 heads, head_dim 128), Qwen2.5-0.5B (14/2, group 7, head_dim 64) and
 /// Qwen3.5-27B (24/4, group 6, head_dim 256). Two times per case: `max_seq_len` exact (eager
 /// steps) and the decode graph's context bucket (next power of two, at least 256), for which the
 /// split count is sized. Bandwidth counts the K and V bytes of the context once; up to ~4k keys
 /// they stay in the 60 MB L2 between calls, so those GB/s are not HBM figures. Run once per
 /// `POCKET_ATTN` (unset: the decode kernel; `generic`: the per-head kernel) to compare.
-/// One decode row's attention inputs over an f32 paged cache of `nblocks` blocks of `bs` keys:
+/// One decode row's attention inputs over a paged cache of `nblocks` blocks of `bs` keys:
 /// the caches, an identity block table, the parameters, q (all 0.01) and the output.
 struct Decode1 {
     kc: Tensor,
@@ -39,10 +41,11 @@ impl Decode1 {
         hd: usize,
         nblocks: usize,
         bs: usize,
+        cache: DType,
     ) -> Self {
         Decode1 {
-            kc: be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap(),
-            vc: be.alloc(DType::F32, &[nblocks, bs, kvh, hd]).unwrap(),
+            kc: be.alloc(cache, &[nblocks, bs, kvh, hd]).unwrap(),
+            vc: be.alloc(cache, &[nblocks, bs, kvh, hd]).unwrap(),
             tables: (0..nblocks as u32).collect(),
             p: AttentionParams {
                 num_heads: heads,
@@ -69,14 +72,24 @@ fn bench_attention_decode_shapes() {
     };
     let mode = std::env::var("POCKET_ATTN").unwrap_or_else(|_| "current".into());
     let bs = 16usize;
-    let ctxs = [1usize, 16, 128, 640, 4096, 32768];
+    let ctxs = [1usize, 16, 128, 640, 1024, 2048, 4096, 32768];
     let max_ctx = *ctxs.iter().max().unwrap();
     let mut lines = Vec::new();
-    for (name, heads, kvh, hd) in [
-        ("8B", 32usize, 8usize, 128usize),
-        ("Qwen2.5-0.5B", 14, 2, 64),
-        ("Qwen3.5-27B", 24, 4, 256),
+    use pocket_kernels::cuda::AttnCluster::{Off, On, Wide};
+    for (name, heads, kvh, hd, cache, cluster) in [
+        ("8B", 32usize, 8usize, 128usize, DType::F16, On),
+        ("8B", 32, 8, 128, DType::F16, Wide),
+        ("8B", 32, 8, 128, DType::F16, Off),
+        ("8B", 32, 8, 128, DType::F32, On),
+        ("8B", 32, 8, 128, DType::F32, Wide),
+        ("8B", 32, 8, 128, DType::F32, Off),
+        ("SmolLM2", 9, 3, 64, DType::F16, On),
+        ("SmolLM2", 9, 3, 64, DType::F16, Wide),
+        ("SmolLM2", 9, 3, 64, DType::F16, Off),
+        ("Qwen2.5-0.5B", 14, 2, 64, DType::F16, On),
+        ("Qwen3.5-27B", 24, 4, 256, DType::F16, On),
     ] {
+        be.set_attn_cluster(Some(cluster));
         let nblocks = max_ctx / bs;
         let Decode1 {
             kc,
@@ -85,7 +98,7 @@ fn bench_attention_decode_shapes() {
             p,
             q,
             mut out,
-        } = Decode1::new(&be, heads, kvh, hd, nblocks, bs);
+        } = Decode1::new(&be, heads, kvh, hd, nblocks, bs, cache);
         for &ctx in &ctxs {
             let mut us = [0.0f64; 2];
             let bucket = ctx.next_power_of_two().max(256);
@@ -103,9 +116,10 @@ fn bench_attention_decode_shapes() {
                         be.attention(&q, &kc, &vc, &meta, &p, &mut out).unwrap()
                     });
             }
-            let gb = (2 * ctx * kvh * hd * 4) as f64 / 1e9;
+            let gb = (2 * ctx * kvh * hd * cache.size()) as f64 / 1e9;
+            let c = format!("{cluster:?}");
             let line = format!(
-                "attn decode f32 {name:12} {heads:2}/{kvh} hd {hd:3} ctx {ctx:5} {mode:7}: exact {:7.1} us ({:7.1} GB/s), bucket {bucket:5} {:7.1} us ({:7.1} GB/s)",
+                "attn decode {cache:?} {name:12} {heads:2}/{kvh} hd {hd:3} ctx {ctx:5} {mode:7} {c:4}: exact {:7.1} us ({:7.1} GB/s), bucket {bucket:5} {:7.1} us ({:7.1} GB/s)",
                 us[0],
                 gb / (us[0] * 1e-6),
                 us[1],
@@ -115,6 +129,7 @@ fn bench_attention_decode_shapes() {
             lines.push(line);
         }
     }
+    be.set_attn_cluster(None);
     println!("\n==== summary: decode attention shapes ({mode}) ====");
     for l in lines {
         println!("{l}");
@@ -153,7 +168,7 @@ fn bench_attention_decode_head_split() {
             p,
             q,
             mut out,
-        } = Decode1::new(&be, heads, kvh, hd, nblocks, bs);
+        } = Decode1::new(&be, heads, kvh, hd, nblocks, bs, DType::F32);
         for ctx in [1usize, 5, 16, 64, 256] {
             let meta = AttentionMeta {
                 query_start: be.upload_u32(&[0, 1], &[2]).unwrap(),

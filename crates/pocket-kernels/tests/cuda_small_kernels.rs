@@ -6,7 +6,7 @@
 //! query heads of a group spread over blocks and its fused Q8 output. Skipped without a GPU.
 #![cfg(feature = "cuda")]
 
-use pocket_kernels::cuda::CudaBackend;
+use pocket_kernels::cuda::{AttnCluster, CudaBackend};
 use pocket_kernels::{Backend, DType};
 
 #[path = "rng/mod.rs"]
@@ -189,7 +189,8 @@ fn attn_reference(
 /// `set_attn_heads_per_block`; 1 is the default up to 256-key bounds, unsplit where that is a
 /// few key-loop iterations) and with the whole group per block (0) matches an f64 reference,
 /// and the Q8 quantization that the kernel writing
-/// `out` (the decode kernel with one split, else attn_combine) leaves for the output projection
+/// `out` (the decode kernel with one split, else attn_combine, or on sm_90 the cluster kernel's
+/// merge, `set_attn_cluster`, each run here) leaves for the output projection
 /// is pocket-quant's quantization of those floats, bit for bit. The q8 scratch is filled with
 /// another tensor's quantization first, so a block the kernels failed to write would show.
 /// Shapes: SmolLM2-135M (9/3, head_dim 64), Qwen2.5-0.5B (14/2, 64), groups of 5 and 7 at 128
@@ -240,10 +241,17 @@ fn decode_attention_head_split_and_fused_q8() {
                     num_seqs: n,
                     max_seq_len: bound,
                 };
-                for hpb in [0usize, 1, 2] {
+                for (hpb, cluster) in [
+                    (0usize, AttnCluster::On),
+                    (0, AttnCluster::Wide),
+                    (0, AttnCluster::Off),
+                    (1, AttnCluster::On),
+                    (2, AttnCluster::On),
+                ] {
                     let what = format!(
-                        "{heads}/{kvh} hd {hd} lens {lens:?} bound {bound} heads/block {hpb}"
+                        "{heads}/{kvh} hd {hd} lens {lens:?} bound {bound} heads/block {hpb} cluster {cluster:?}"
                     );
+                    be.set_attn_cluster(Some(cluster));
                     let z = be.upload_f32(&rng.scaled(n * row, 3.0), &[n, row]).unwrap();
                     be.quantized_activation(&z, false).unwrap();
                     be.set_attn_heads_per_block(hpb);
@@ -278,6 +286,7 @@ fn decode_attention_head_split_and_fused_q8() {
         }
     }
     be.set_attn_heads_per_block(1);
+    be.set_attn_cluster(None);
 }
 
 /// The host's greedy pick: largest value, lowest index on ties, NaN never wins (0 if none).

@@ -139,7 +139,7 @@ static int run(const Cfg& c, std::mt19937& rng) {
     float scale = 1.f / std::sqrt((float)c.hd);
     AttnArgs a{q.data(), kc.data(), vc.data(), qs.data(), sl.data(), tables.data(), out.data(), pacc.data(), pml.data(),
                S, c.heads, c.kvh, c.hd, bs, mb, c.window, splits, scale, c.softcap, 32};
-    launch({S, c.kvh, splits}, 128, [&] { if (G > 4) attn_decode<T, 8>(a); else attn_decode<T, 4>(a); });
+    launch({S, c.kvh, splits}, 128, [&] { if (G > 4) attn_decode<T, 8, 0, 128>(a); else attn_decode<T, 4, 0, 128>(a); });
     if (splits > 1) {
         int nt = std::min((c.hd + 31) / 32 * 32, 256);
         launch({S, c.heads, 1}, nt, [&] { attn_combine(pacc.data(), pml.data(), out.data(), c.heads, c.hd, splits, sl.data(), c.window, 32, nullptr, nullptr, nullptr, nullptr); });

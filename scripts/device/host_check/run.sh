@@ -26,6 +26,10 @@ open(f"{work}/dots.h", "w").write('#pragma once\n#include "shim.h"\n' + fmt + do
 a = open(f"{root}/kernels/attention.cu").read()
 args = a[a.index("struct AttnArgs {"):a.index("template <typename T>\n__device__ void attention(")]
 dec = a[a.index("#define ATD_THREADS 128"):a.index("#define DEF_ATTN_DECODE")]
+# The cluster merge (attention_cluster.cuh) is sm_90 code the emulation does not run (CS = 0 here).
+inc = '#include "attention_cluster.cuh"\n'
+assert inc in dec, "attn_emu: cluster include not found"
+dec = dec.replace(inc, "")
 comb = a[a.index("#define ATC_MAX_SPLITS"):a.index("// ---- decode:")].replace('extern "C" ', "")
 # Uninitialised register arrays start as NaN bits in the emulation (stale registers on the GPU).
 decl = "Kv8<T> kr[U], vr[U];"

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "d10a3cf9e0aeb134568b53157a5aa605b1b92cd636315cc186e853a1152cc960";
+    "36ae4f84737b2bb05ef77fac1b25843a87ef76345e72263245b0d988d266fd14";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,8 +1,13 @@
 //! KV-cache write and paged attention launchers. Batch metadata is validated on the host from the
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
+use super::attn_plan::{
+    choose_decode_splits, choose_splits, cluster_threads, decode_head_split, decode_kernel,
+    fused_q8_output, short_iter_keys, DecodeKernel, CLUSTER_SPLITS, DECODE_MIN_KEYS,
+    HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS,
+};
 use super::kernels::{CacheType, Kernel};
-use super::switch::{EnvChoice, EnvSwitch};
+use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
@@ -105,127 +110,6 @@ pub(crate) fn kv_write(
         256,
         args![kp, vp, kc, vc, sp, n as i32, row as i32],
     )
-}
-
-/// Decode attention kernel chosen by `POCKET_ATTN` (read once): `generic` sends decode to the
-/// per-head kernel, kept for same-run comparison.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum DecodeKernel {
-    Current,
-    Generic,
-}
-
-fn decode_kernel() -> DecodeKernel {
-    static MODE: super::switch::EnvChoice<DecodeKernel> = super::switch::EnvChoice::new(
-        "POCKET_ATTN",
-        &[DecodeKernel::Current, DecodeKernel::Generic],
-        |v| match v {
-            Some("generic") => DecodeKernel::Generic,
-            _ => DecodeKernel::Current,
-        },
-    );
-    MODE.get()
-}
-
-/// Fewest keys a decode split gets: one pass of a 128-thread block over f16 rows of head_dim 128.
-/// The kernel applies it to the real length on the device (`dec_splits` in attention.cu), so a
-/// short context uses one block per KV head and no combine whatever the launch's split count.
-const DECODE_MIN_KEYS: usize = 32;
-
-/// Most splits per (sequence, KV head): the combine's shared weight table (ATC_MAX_SPLITS).
-const DECODE_MAX_SPLITS: usize = 256;
-
-/// Key splits (an upper bound; see [`DECODE_MIN_KEYS`]) of the decode kernel's
-/// `sequences x kv_heads` blocks over at most `max_len` keys: one split per 32 keys, capped at
-/// one wave of blocks (three 128-thread blocks per SM fit the register use of groups up to 4,
-/// two for larger groups), so long contexts stream through resident blocks without a tail wave.
-fn choose_decode_splits(sm_count: u32, blocks: usize, max_len: usize, big_group: bool) -> usize {
-    let per_sm = if big_group { 2 } else { 3 };
-    (per_sm * sm_count as usize / blocks.max(1))
-        .min(max_len.div_ceil(DECODE_MIN_KEYS))
-        .clamp(1, DECODE_MAX_SPLITS)
-}
-
-/// Longest context bound (keys) at which the decode kernel spreads a GQA group's query heads over
-/// several blocks: there the kernel's time is each thread's dependent chain, which grows with the
-/// heads a block serves, and re-reading the few K/V rows once per block costs only L2 traffic.
-const HEAD_SPLIT_MAX_KEYS: usize = 256;
-
-/// Most key-loop iterations a decode block with one or two heads runs without splitting.
-const SHORT_MAX_ITERS: usize = 4;
-
-/// Keys per key-loop iteration of a decode block with one or two heads (attention.cu: 128
-/// threads in groups of head_dim / 8 lanes, 4 keys in flight per group, `AtdUnroll`).
-fn short_iter_keys(hd: usize) -> usize {
-    128 / (hd / 8) * 4
-}
-
-/// Every heads-per-block value [`ATTN_HEADS`] may be set to: 0..=64 (at least a whole GQA
-/// group of any supported model).
-const HEADS_VALUES: [usize; 65] = {
-    let mut v = [0usize; 65];
-    let mut i = 0;
-    while i < v.len() {
-        v[i] = i;
-        i += 1;
-    }
-    v
-};
-
-/// Query heads per decode block at short contexts: `POCKET_ATTN_HEADS` (default 1; 0 serves the
-/// whole group from one block per KV head, the previous launch, kept for A/B), or
-/// [`CudaBackend::set_attn_heads_per_block`].
-static ATTN_HEADS: EnvChoice<usize> = EnvChoice::new("POCKET_ATTN_HEADS", &HEADS_VALUES, |v| {
-    v.and_then(|v| v.parse::<usize>().ok())
-        .map_or(1, |h| h.min(HEADS_VALUES.len() - 1))
-});
-
-/// The heads per decode block at short contexts ([`ATTN_HEADS`]).
-fn short_heads_per_block() -> usize {
-    ATTN_HEADS.get()
-}
-
-impl CudaBackend {
-    /// Query heads per block of the decode attention kernel for context bounds up to 256 keys:
-    /// 0 the whole GQA group (the previous launch), n > 0 at most n (the default is 1; more than
-    /// 64 counts as 64, a whole group of any supported model). As `POCKET_ATTN_HEADS`;
-    /// process-wide, for A/B benchmarks and tests.
-    pub fn set_attn_heads_per_block(&self, heads: usize) {
-        ATTN_HEADS.set(Some(heads.min(HEADS_VALUES.len() - 1)));
-    }
-}
-
-/// Whether decode attention writes its output's Q8 quantization for the output projection
-/// (`POCKET_ATTN_Q8=0` turns it off: the GEMV quantizes in its own launch, as before).
-fn fused_q8_output() -> bool {
-    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_ATTN_Q8");
-    ON.on()
-}
-
-/// Heads per decode block (0 or >= group: the whole group) and blocks per KV head for a group of
-/// `group` query heads under a context bound of `keys`.
-fn decode_head_split(group: usize, keys: usize) -> (usize, usize) {
-    let h = short_heads_per_block();
-    if keys > HEAD_SPLIT_MAX_KEYS || h == 0 || h >= group {
-        return (0, 1);
-    }
-    (h, group.div_ceil(h))
-}
-
-/// How many key splits a launch of `rows x heads` blocks over `max_len` keys should use: enough
-/// blocks to fill the GPU twice, each split at least 32 keys (8 per warp), at most 64 splits.
-/// Each warp walks its keys one memory round trip at a time, so short splits are what hides
-/// latency when there are few query rows (decode).
-fn choose_splits(sm_count: u32, rows: usize, heads: usize, max_len: usize) -> usize {
-    let blocks = rows * heads;
-    let target = 2 * sm_count as usize;
-    if blocks >= target {
-        return 1;
-    }
-    target
-        .div_ceil(blocks)
-        .min(max_len.div_ceil(32))
-        .clamp(1, 64)
 }
 
 pub(crate) fn attention(
@@ -443,6 +327,16 @@ fn attention_impl(
         true => choose_decode_splits(be.sm_count, s * p.num_kv_heads * nhb, keys, big_group),
         false => choose_splits(be.sm_count, n, p.num_heads, keys),
     };
+    // Short enough contexts on sm_90: the splits merge inside a cluster, no combine launch.
+    let cluster = match decode {
+        true => cluster_threads(be, splits, keys, big_group),
+        false => None,
+    };
+    let splits = if cluster.is_some() {
+        CLUSTER_SPLITS
+    } else {
+        splits
+    };
 
     // Decode rows whose output projection needs only Q8 activations (no Q8K: the row is not a
     // multiple of 256): the kernel that writes `out` also quantizes it (AttnArgs::xq), recorded
@@ -459,7 +353,7 @@ fn attention_impl(
         .scratch
         .lock()
         .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
-    let (part_acc, part_ml) = if splits > 1 {
+    let (part_acc, part_ml) = if splits > 1 && cluster.is_none() {
         let acc_bytes = n * p.num_heads * splits * hd * 4;
         let ml_bytes = n * p.num_heads * splits * 2 * 4;
         let base = Scratch::get(&mut scratch.attn, &be.pool, acc_bytes + ml_bytes)?;
@@ -496,11 +390,15 @@ fn attention_impl(
     };
     let out_ptr = args.out;
     if decode {
+        let (kernel, threads) = match cluster {
+            Some(t) => (Kernel::AttnDecodeCluster(ct, t > 128), t),
+            None => (Kernel::AttnDecode(ct, big_group), 128),
+        };
         be.launch(
             OP,
-            Kernel::AttnDecode(ct, big_group),
+            kernel,
             (s as u32, (p.num_kv_heads * nhb) as u32, splits as u32),
-            128,
+            threads,
             args![args],
         )
         .inspect_err(|_| be.invalidate_q8())?;
@@ -513,7 +411,7 @@ fn attention_impl(
             args![args],
         )?;
     }
-    if splits > 1 {
+    if splits > 1 && cluster.is_none() {
         be.launch(
             OP,
             Kernel::AttnCombine,
