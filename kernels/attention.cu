@@ -578,20 +578,14 @@ DEF_ATTN_DECODE(bf16, __nv_bfloat16)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The cluster forms (sm_90 cubin only; groups up to 4, as the host uses them): grid z =
-// ATD_CLUSTER splits, one cluster; blocks of 128 threads, or 256 (`c8w`: twice the keys per
-// key-loop iteration at the same registers per thread).
+// ATD_CLUSTER splits, one cluster. (Blocks of 256 threads, twice the keys per key-loop iteration,
+// made the 8B decode 3-4% slower in session 16 and were removed.)
 #define DEF_ATTN_DECODE_CLUSTER(name, T)                                                           \
     extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER) __launch_bounds__(ATD_THREADS) \
         attn_dec_c8_##name##_g4(AttnArgs a) {                                                      \
         pdl_wait();                                                                                \
         pdl_trigger();                                                                             \
         attn_decode<T, 4, ATD_CLUSTER, ATD_THREADS>(a);                                            \
-    }                                                                                              \
-    extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER) __launch_bounds__(256)         \
-        attn_dec_c8w_##name##_g4(AttnArgs a) {                                                     \
-        pdl_wait();                                                                                \
-        pdl_trigger();                                                                             \
-        attn_decode<T, 4, ATD_CLUSTER, 256>(a);                                                    \
     }
 DEF_ATTN_DECODE_CLUSTER(f32, float)
 DEF_ATTN_DECODE_CLUSTER(f16, __half)

@@ -1,7 +1,7 @@
 // The decode attention's key splits merged inside a thread-block cluster (sm_90), included by
 // attention.cu.
 //
-// attn_dec_c8{,w}_*: grid (sequences, KV heads x head groups, 8), a cluster of the 8 split blocks
+// attn_dec_c8_*: grid (sequences, KV heads x head groups, 8), a cluster of the 8 split blocks
 // of one (sequence, head group). Each block leaves its split's merged partial (per query head: the
 // running max, the sum and the unnormalized output row) in its own shared memory; after a cluster
 // barrier every block reads all 8 partials through distributed shared memory and finishes a

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "36ae4f84737b2bb05ef77fac1b25843a87ef76345e72263245b0d988d266fd14";
+    "777fcd0112c8417c8a77c649133fe018b335325a2445061687bd3d4e29aba1d5";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
 use super::attn_plan::{
-    choose_decode_splits, choose_splits, cluster_threads, decode_head_split, decode_kernel,
+    choose_decode_splits, choose_splits, cluster_merge, decode_head_split, decode_kernel,
     fused_q8_output, short_iter_keys, DecodeKernel, CLUSTER_SPLITS, DECODE_MIN_KEYS,
     HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS,
 };
@@ -328,15 +328,8 @@ fn attention_impl(
         false => choose_splits(be.sm_count, n, p.num_heads, keys),
     };
     // Short enough contexts on sm_90: the splits merge inside a cluster, no combine launch.
-    let cluster = match decode {
-        true => cluster_threads(be, splits, keys, big_group),
-        false => None,
-    };
-    let splits = if cluster.is_some() {
-        CLUSTER_SPLITS
-    } else {
-        splits
-    };
+    let cluster = decode && cluster_merge(be, splits, keys, big_group);
+    let splits = if cluster { CLUSTER_SPLITS } else { splits };
 
     // Decode rows whose output projection needs only Q8 activations (no Q8K: the row is not a
     // multiple of 256): the kernel that writes `out` also quantizes it (AttnArgs::xq), recorded
@@ -353,7 +346,7 @@ fn attention_impl(
         .scratch
         .lock()
         .map_err(|_| shape_err(OP, "scratch lock poisoned"))?;
-    let (part_acc, part_ml) = if splits > 1 && cluster.is_none() {
+    let (part_acc, part_ml) = if splits > 1 && !cluster {
         let acc_bytes = n * p.num_heads * splits * hd * 4;
         let ml_bytes = n * p.num_heads * splits * 2 * 4;
         let base = Scratch::get(&mut scratch.attn, &be.pool, acc_bytes + ml_bytes)?;
@@ -390,15 +383,15 @@ fn attention_impl(
     };
     let out_ptr = args.out;
     if decode {
-        let (kernel, threads) = match cluster {
-            Some(t) => (Kernel::AttnDecodeCluster(ct, t > 128), t),
-            None => (Kernel::AttnDecode(ct, big_group), 128),
+        let kernel = match cluster {
+            true => Kernel::AttnDecodeCluster(ct),
+            false => Kernel::AttnDecode(ct, big_group),
         };
         be.launch(
             OP,
             kernel,
             (s as u32, (p.num_kv_heads * nhb) as u32, splits as u32),
-            threads,
+            128,
             args![args],
         )
         .inspect_err(|_| be.invalidate_q8())?;
@@ -411,7 +404,7 @@ fn attention_impl(
             args![args],
         )?;
     }
-    if splits > 1 && cluster.is_none() {
+    if splits > 1 && !cluster {
         be.launch(
             OP,
             Kernel::AttnCombine,

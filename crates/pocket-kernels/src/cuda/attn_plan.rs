@@ -143,56 +143,28 @@ pub(super) const CLUSTER_SPLITS: usize = 8;
 /// exact length and the graph replay of its bucket choose alike and give the same bits.
 pub(super) const CLUSTER_MAX_KEYS: usize = 1024;
 
-/// The decode attention's cluster merge: off (every split through `attn_combine`, the launch
-/// before the cluster kernels, kept for A/B), blocks of 128 threads, or of 256 (`wide`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum AttnCluster {
-    /// Splits merged by `attn_combine`.
-    Off,
-    /// Cluster kernel, 128 threads per block.
-    On,
-    /// Cluster kernel, 256 threads per block (twice the keys per key-loop iteration).
-    Wide,
-}
-
-/// `POCKET_ATTN_CLUSTER`: `0` off, `wide` the 256-thread blocks, else on; or
-/// [`CudaBackend::set_attn_cluster`].
-static ATTN_CLUSTER: EnvChoice<AttnCluster> = EnvChoice::new(
-    "POCKET_ATTN_CLUSTER",
-    &[AttnCluster::Off, AttnCluster::On, AttnCluster::Wide],
-    |v| match v {
-        Some("0") => AttnCluster::Off,
-        Some("wide") => AttnCluster::Wide,
-        _ => AttnCluster::On,
-    },
-);
+/// `POCKET_ATTN_CLUSTER=0` merges every decode split through `attn_combine` (the launch before
+/// the cluster kernels, kept for A/B), or [`CudaBackend::set_attn_cluster`].
+static ATTN_CLUSTER: EnvChoice<bool> = EnvChoice::flag("POCKET_ATTN_CLUSTER", |v| v != Some("0"));
 
 impl CudaBackend {
-    /// How decode attention merges its key splits on sm_90 at contexts up to
-    /// [`CLUSTER_MAX_KEYS`]; `None` goes back to `POCKET_ATTN_CLUSTER`. Process-wide, for A/B
-    /// benchmarks and tests.
-    pub fn set_attn_cluster(&self, mode: Option<AttnCluster>) {
-        ATTN_CLUSTER.set(mode);
+    /// Whether decode attention may merge its key splits inside a cluster (sm_90, groups up to
+    /// 4, contexts up to [`CLUSTER_MAX_KEYS`]); `None` goes back to `POCKET_ATTN_CLUSTER`.
+    /// Process-wide, for A/B benchmarks and tests.
+    pub fn set_attn_cluster(&self, on: Option<bool>) {
+        ATTN_CLUSTER.set(on);
     }
 }
 
-/// The cluster kernel's block size for a decode launch of `splits` key splits under a context
-/// bound of `keys` (it then runs [`CLUSTER_SPLITS`] splits), or `None` for the split kernel
-/// and `attn_combine`. Not for blocks serving more than 4 query heads (`big_group`): 8 blocks
-/// per KV head of the Qwen3.5-27B shape (group 6, head_dim 256, 2 keys in flight per lane
-/// group) were slower than the split launch (performance/cuda-dense.md, session 16).
-pub(super) fn cluster_threads(
-    be: &CudaBackend,
-    splits: usize,
-    keys: usize,
-    big_group: bool,
-) -> Option<u32> {
-    if splits < 2 || big_group || keys > CLUSTER_MAX_KEYS || be.artifact() != Artifact::Sm90Cubin {
-        return None;
-    }
-    match ATTN_CLUSTER.get() {
-        AttnCluster::Off => None,
-        AttnCluster::On => Some(128),
-        AttnCluster::Wide => Some(256),
-    }
+/// Whether a decode launch of `splits` key splits under a context bound of `keys` runs the
+/// cluster kernel (with [`CLUSTER_SPLITS`] splits) instead of the split kernel and
+/// `attn_combine`. Not for blocks serving more than 4 query heads (`big_group`): 8 blocks per
+/// KV head of the Qwen3.5-27B shape (group 6, head_dim 256, 2 keys in flight per lane group)
+/// were slower than the split launch (performance/cuda-dense.md, session 16).
+pub(super) fn cluster_merge(be: &CudaBackend, splits: usize, keys: usize, big_group: bool) -> bool {
+    splits > 1
+        && !big_group
+        && keys <= CLUSTER_MAX_KEYS
+        && be.artifact() == Artifact::Sm90Cubin
+        && ATTN_CLUSTER.get()
 }

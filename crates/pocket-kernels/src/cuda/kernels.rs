@@ -287,9 +287,8 @@ pub enum Kernel {
     /// (`true`) query heads.
     AttnDecode(CacheType, bool),
     /// [`Kernel::AttnDecode`] (groups up to 4) with its 8 key splits merged inside a
-    /// thread-block cluster (sm_90 cubin only; kernels/attention_cluster.cuh), in blocks of 128
-    /// threads (`false`) or 256 (`true`).
-    AttnDecodeCluster(CacheType, bool),
+    /// thread-block cluster (sm_90 cubin only; kernels/attention_cluster.cuh).
+    AttnDecodeCluster(CacheType),
     /// Tiled flash-attention prefill (`kernels/attention_prefill.cu`) for a head size.
     AttnPrefill(CacheType, super::attn_prefill::PrefillDim),
     /// The TF32 tensor-core variant of [`Kernel::AttnPrefill`] (f32 caches).
@@ -442,15 +441,12 @@ impl Kernel {
                     (CacheType::BF16, true) => "attn_dec_bf16_g8",
                 },
             ),
-            Kernel::AttnDecodeCluster(c, wide) => (
+            Kernel::AttnDecodeCluster(c) => (
                 M::Attention,
-                match (c, wide) {
-                    (CacheType::F32, false) => "attn_dec_c8_f32_g4",
-                    (CacheType::F32, true) => "attn_dec_c8w_f32_g4",
-                    (CacheType::F16, false) => "attn_dec_c8_f16_g4",
-                    (CacheType::F16, true) => "attn_dec_c8w_f16_g4",
-                    (CacheType::BF16, false) => "attn_dec_c8_bf16_g4",
-                    (CacheType::BF16, true) => "attn_dec_c8w_bf16_g4",
+                match c {
+                    CacheType::F32 => "attn_dec_c8_f32_g4",
+                    CacheType::F16 => "attn_dec_c8_f16_g4",
+                    CacheType::BF16 => "attn_dec_c8_bf16_g4",
                 },
             ),
             Kernel::AttnPrefill(c, d) => (M::AttentionPrefill, super::attn_prefill::symbol(c, d)),

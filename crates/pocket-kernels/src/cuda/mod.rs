@@ -23,7 +23,6 @@ macro_rules! args {
 pub mod artifacts;
 mod attn;
 mod attn_plan;
-pub use attn_plan::AttnCluster;
 pub mod attn_prefill;
 mod backend_impl;
 mod cublas;
