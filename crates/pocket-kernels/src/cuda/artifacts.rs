@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "777fcd0112c8417c8a77c649133fe018b335325a2445061687bd3d4e29aba1d5";
+    "cf0fe9e049f5c6e0566c14ef140bc6bcb5e986a71a0a26b999d547f152f09994";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
