@@ -528,7 +528,7 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (CS > 0) {
-        if (nsplit > 1) atc_merge<HD, NT, CS>(a, so, sM, sL, G, hbase);
+        if (nsplit > 1) atc_merge<HD, NT>(a, so, sM, sL, G, hbase);
     }
 #endif
 }
@@ -577,22 +577,16 @@ DEF_ATTN_DECODE(f16, __half)
 DEF_ATTN_DECODE(bf16, __nv_bfloat16)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The cluster forms (sm_90 cubin only; groups up to 4, as the host uses them): grid z = the
-// cluster size in splits, one cluster: 8, or 16 (half the keys per block; a non-portable size).
-// (Blocks of 256 threads, twice the keys per key-loop iteration, made the 8B decode 3-4% slower
-// in session 16 and were removed.)
+// The cluster forms (sm_90 cubin only; groups up to 4, as the host uses them): grid z =
+// ATD_CLUSTER splits, one cluster. (Blocks of 256 threads, twice the keys per key-loop iteration,
+// made the 8B decode 3-4% slower in session 16, clusters of 16 blocks 6-7%; both removed, the
+// second is in git history at 54446a1.)
 #define DEF_ATTN_DECODE_CLUSTER(name, T)                                                           \
     extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER) __launch_bounds__(ATD_THREADS) \
         attn_dec_c8_##name##_g4(AttnArgs a) {                                                      \
         pdl_wait();                                                                                \
         pdl_trigger();                                                                             \
         attn_decode<T, 4, ATD_CLUSTER, ATD_THREADS>(a);                                            \
-    }                                                                                              \
-    extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER_WIDE)                            \
-        __launch_bounds__(ATD_THREADS) attn_dec_c16_##name##_g4(AttnArgs a) {                      \
-        pdl_wait();                                                                                \
-        pdl_trigger();                                                                             \
-        attn_decode<T, 4, ATD_CLUSTER_WIDE, ATD_THREADS>(a);                                       \
     }
 DEF_ATTN_DECODE_CLUSTER(f32, float)
 DEF_ATTN_DECODE_CLUSTER(f16, __half)

@@ -1,18 +1,16 @@
 // The decode attention's key splits merged inside a thread-block cluster (sm_90), included by
 // attention.cu.
 //
-// attn_dec_c<CS>_*: grid (sequences, KV heads x head groups, CS), a cluster of the CS = 8 (or,
-// a non-portable cluster size the host allows per function, 16) split blocks of one (sequence,
-// head group). Each block leaves its split's merged partial (per query head: the running max,
-// the sum and the unnormalized output row) in its own shared memory; after a cluster barrier
-// every block reads all CS partials through distributed shared memory and finishes a share of
-// the group's outputs (normalization, output gate, Q8 copy), which attn_combine would otherwise
-// do in a second launch after the partials' round trip through global memory.
-// A split with no keys (a context shorter than CS x min_keys) leaves max -inf and sum 0: weight 0.
+// attn_dec_c8_*: grid (sequences, KV heads x head groups, 8), a cluster of the 8 split blocks
+// of one (sequence, head group). Each block leaves its split's merged partial (per query head: the
+// running max, the sum and the unnormalized output row) in its own shared memory; after a cluster
+// barrier every block reads all 8 partials through distributed shared memory and finishes a
+// share of the group's outputs (normalization, output gate, Q8 copy), which attn_combine would
+// otherwise do in a second launch after the partials' round trip through global memory.
+// A split with no keys (a context shorter than 8 x min_keys) leaves max -inf and sum 0: weight 0.
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define ATD_CLUSTER 8
-#define ATD_CLUSTER_WIDE 16
 
 DEVI void atc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 DEVI void atc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
@@ -30,30 +28,30 @@ DEVI float atc_load(const float* p, uint32_t rank) {
 // the unnormalized rows, `sM` / `sL` [G] the maxima and sums, at the same offsets in every block.
 // Writes `out` (gated where a.gate is set) and its Q8 copy where a.xq is set. The whole block
 // calls it; G * HD is a multiple of 32, so a warp's 32 outputs are one Q8 block of one head.
-template <int HD, int NT, int CS>
+template <int HD, int NT>
 DEVI void atc_merge(const AttnArgs& a, const float* so, const float* sM, const float* sL, int G,
                     size_t hbase) {
     uint32_t rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     atc_arrive();
     atc_wait();  // every partial of the cluster is written and visible
-    for (int base = (int)rank * NT; base < G * HD; base += CS * NT) {
+    for (int base = (int)rank * NT; base < G * HD; base += ATD_CLUSTER * NT) {
         int idx = base + (int)threadIdx.x;
         if (idx - (int)(threadIdx.x & 31) >= G * HD) break;  // whole warps leave together
         int g = idx / HD, d = idx % HD;
-        float m[CS], l[CS], o[CS];
+        float m[ATD_CLUSTER], l[ATD_CLUSTER], o[ATD_CLUSTER];
 #pragma unroll
-        for (int r = 0; r < CS; r++) {
+        for (int r = 0; r < ATD_CLUSTER; r++) {
             m[r] = atc_load(sM + g, r);
             l[r] = atc_load(sL + g, r);
             o[r] = atc_load(so + g * HD + d, r);
         }
         float M = -INFINITY;
 #pragma unroll
-        for (int r = 0; r < CS; r++) M = fmaxf(M, m[r]);
+        for (int r = 0; r < ATD_CLUSTER; r++) M = fmaxf(M, m[r]);
         float L = 0.f, acc = 0.f;
 #pragma unroll
-        for (int r = 0; r < CS; r++) {
+        for (int r = 0; r < ATD_CLUSTER; r++) {
             float w = m[r] == -INFINITY ? 0.f : __expf(m[r] - M);
             L += l[r] * w;
             acc += o[r] * w;

@@ -15,8 +15,8 @@ use bench::{backend_or_skip, time_ms};
 
 /// Decode attention at the engine's shapes (f16 and f32 caches, one sequence) from a 1-token
 /// context to 32k, with the cluster merge of the splits (sm_90, groups up to 4, bounds up to
-/// 1024 keys; clusters of 8 or 16 blocks) and without it (`set_attn_cluster`; the 27B and
-/// Qwen2.5 groups of 6 and 7 never take it, so their lines show the split kernel): Llama-3-8B (32/8 heads, head_dim 128), Qwen2.5-0.5B (14/2, group 7, head_dim 64) and
+/// 1024 keys) and without it (`set_attn_cluster`; the 27B and Qwen2.5 groups of 6 and 7 never
+/// take it, so their lines show the split kernel): Llama-3-8B (32/8 heads, head_dim 128), Qwen2.5-0.5B (14/2, group 7, head_dim 64) and
 /// Qwen3.5-27B (24/4, group 6, head_dim 256). Two times per case: `max_seq_len` exact (eager
 /// steps) and the decode graph's context bucket (next power of two, at least 256), for which the
 /// split count is sized. Bandwidth counts the K and V bytes of the context once; up to ~4k keys
@@ -76,17 +76,14 @@ fn bench_attention_decode_shapes() {
     let max_ctx = *ctxs.iter().max().unwrap();
     let mut lines = Vec::new();
     for (name, heads, kvh, hd, cache, cluster) in [
-        ("8B", 32usize, 8usize, 128usize, DType::F16, 8usize),
-        ("8B", 32, 8, 128, DType::F16, 16),
-        ("8B", 32, 8, 128, DType::F16, 0),
-        ("8B", 32, 8, 128, DType::F32, 8),
-        ("8B", 32, 8, 128, DType::F32, 16),
-        ("8B", 32, 8, 128, DType::F32, 0),
-        ("SmolLM2", 9, 3, 64, DType::F16, 8),
-        ("SmolLM2", 9, 3, 64, DType::F16, 16),
-        ("SmolLM2", 9, 3, 64, DType::F16, 0),
-        ("Qwen2.5-0.5B", 14, 2, 64, DType::F16, 8),
-        ("Qwen3.5-27B", 24, 4, 256, DType::F16, 8),
+        ("8B", 32usize, 8usize, 128usize, DType::F16, true),
+        ("8B", 32, 8, 128, DType::F16, false),
+        ("8B", 32, 8, 128, DType::F32, true),
+        ("8B", 32, 8, 128, DType::F32, false),
+        ("SmolLM2", 9, 3, 64, DType::F16, true),
+        ("SmolLM2", 9, 3, 64, DType::F16, false),
+        ("Qwen2.5-0.5B", 14, 2, 64, DType::F16, true),
+        ("Qwen3.5-27B", 24, 4, 256, DType::F16, true),
     ] {
         be.set_attn_cluster(Some(cluster));
         let nblocks = max_ctx / bs;
@@ -116,10 +113,7 @@ fn bench_attention_decode_shapes() {
                     });
             }
             let gb = (2 * ctx * kvh * hd * cache.size()) as f64 / 1e9;
-            let c = match cluster {
-                0 => "split".to_string(),
-                n => format!("c{n}"),
-            };
+            let c = if cluster { "cluster" } else { "split" };
             let line = format!(
                 "attn decode {cache:?} {name:12} {heads:2}/{kvh} hd {hd:3} ctx {ctx:5} {mode:7} {c:7}: exact {:7.1} us ({:7.1} GB/s), bucket {bucket:5} {:7.1} us ({:7.1} GB/s)",
                 us[0],

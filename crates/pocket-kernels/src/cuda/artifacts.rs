@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "cf0fe9e049f5c6e0566c14ef140bc6bcb5e986a71a0a26b999d547f152f09994";
+    "3158cc318f547bf667c97e41e428755c91a7152209c9558a2fa1704369a6baa5";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,9 +2,9 @@
 //! u32 shadows the host wrote (no device round trip), exactly as the CPU backend validates it.
 
 use super::attn_plan::{
-    choose_decode_splits, choose_splits, cluster_size, decode_head_split, decode_kernel,
-    fused_q8_output, short_iter_keys, DecodeKernel, DECODE_MIN_KEYS, HEAD_SPLIT_MAX_KEYS,
-    SHORT_MAX_ITERS,
+    choose_decode_splits, choose_splits, cluster_merge, decode_head_split, decode_kernel,
+    fused_q8_output, short_iter_keys, DecodeKernel, CLUSTER_SPLITS, DECODE_MIN_KEYS,
+    HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS,
 };
 use super::kernels::{CacheType, Kernel};
 use super::switch::EnvSwitch;
@@ -328,12 +328,8 @@ fn attention_impl(
         false => choose_splits(be.sm_count, n, p.num_heads, keys),
     };
     // Short enough contexts on sm_90: the splits merge inside a cluster, no combine launch.
-    let cluster_blocks = match decode {
-        true => cluster_size(be, splits, keys, big_group),
-        false => None,
-    };
-    let cluster = cluster_blocks.is_some();
-    let splits = cluster_blocks.unwrap_or(splits);
+    let cluster = decode && cluster_merge(be, splits, keys, big_group);
+    let splits = if cluster { CLUSTER_SPLITS } else { splits };
 
     // Decode rows whose output projection needs only Q8 activations (no Q8K: the row is not a
     // multiple of 256): the kernel that writes `out` also quantizes it (AttnArgs::xq), recorded
@@ -388,7 +384,7 @@ fn attention_impl(
     let out_ptr = args.out;
     if decode {
         let kernel = match cluster {
-            true => Kernel::AttnDecodeCluster(ct, splits > 8),
+            true => Kernel::AttnDecodeCluster(ct),
             false => Kernel::AttnDecode(ct, big_group),
         };
         be.launch(

@@ -132,52 +132,39 @@ pub(super) fn choose_splits(sm_count: u32, rows: usize, heads: usize, max_len: u
         .clamp(1, 64)
 }
 
-/// Cluster sizes (key splits) of the cluster decode kernels (`ATD_CLUSTER` and
-/// `ATD_CLUSTER_WIDE` in kernels/attention_cluster.cuh); 0: off.
-const CLUSTER_SIZES: [usize; 3] = [0, 8, 16];
+/// Key splits of the cluster decode kernels (`ATD_CLUSTER` in kernels/attention_cluster.cuh).
+pub(super) const CLUSTER_SPLITS: usize = 8;
 
 /// Longest context bound (keys) at which the decode kernel's splits merge inside a thread-block
-/// cluster instead of through global memory and an `attn_combine` launch; longer contexts want
-/// more splits (at 2048 keys the 8-block cluster kernel alone took 20.8 us against the split
-/// launch's 14.2 on the H200, session 16). A power of two, as the decode graphs' context
-/// buckets are (a length's next power of two), so an eager step at the exact length and the
-/// graph replay of its bucket choose alike and give the same bits.
+/// cluster of [`CLUSTER_SPLITS`] blocks instead of through global memory and an `attn_combine`
+/// launch; longer contexts want more than 8 splits (at 2048 keys the cluster kernel alone took
+/// 20.8 us against the split launch's 14.2 on the H200, session 16). A power of two, as the
+/// decode graphs' context buckets are (a length's next power of two), so an eager step at the
+/// exact length and the graph replay of its bucket choose alike and give the same bits.
 pub(super) const CLUSTER_MAX_KEYS: usize = 1024;
 
-/// `POCKET_ATTN_CLUSTER`: `0` merges every decode split through `attn_combine` (the launch
-/// before the cluster kernels, kept for A/B), `16` runs clusters of 16 blocks (half the keys
-/// per block; a non-portable cluster size), else 8; or [`CudaBackend::set_attn_cluster`].
-static ATTN_CLUSTER: EnvChoice<usize> =
-    EnvChoice::new("POCKET_ATTN_CLUSTER", &CLUSTER_SIZES, |v| match v {
-        Some("0") => 0,
-        Some("16") => 16,
-        _ => 8,
-    });
+/// `POCKET_ATTN_CLUSTER=0` merges every decode split through `attn_combine` (the launch before
+/// the cluster kernels, kept for A/B), or [`CudaBackend::set_attn_cluster`].
+static ATTN_CLUSTER: EnvChoice<bool> = EnvChoice::flag("POCKET_ATTN_CLUSTER", |v| v != Some("0"));
 
 impl CudaBackend {
-    /// The cluster size (0 off, 8 or 16 blocks) in which decode attention merges its key splits
-    /// (sm_90, groups up to 4, contexts up to [`CLUSTER_MAX_KEYS`]); `None` goes back to
-    /// `POCKET_ATTN_CLUSTER`, another size counts as `None`. Process-wide, for A/B benchmarks
-    /// and tests.
-    pub fn set_attn_cluster(&self, size: Option<usize>) {
-        ATTN_CLUSTER.set(size);
+    /// Whether decode attention may merge its key splits inside a cluster (sm_90, groups up to
+    /// 4, contexts up to [`CLUSTER_MAX_KEYS`]); `None` goes back to `POCKET_ATTN_CLUSTER`.
+    /// Process-wide, for A/B benchmarks and tests.
+    pub fn set_attn_cluster(&self, on: Option<bool>) {
+        ATTN_CLUSTER.set(on);
     }
 }
 
-/// The cluster size (and split count) of the cluster decode kernel for a launch of `splits` key
-/// splits under a context bound of `keys`, or `None` for the split kernel and `attn_combine`.
-/// Not for blocks serving more than 4 query heads (`big_group`): 8 blocks per KV head of the
-/// Qwen3.5-27B shape (group 6, head_dim 256, 2 keys in flight per lane group) were slower than
-/// the split launch (performance/cuda-dense.md, session 16).
-pub(super) fn cluster_size(
-    be: &CudaBackend,
-    splits: usize,
-    keys: usize,
-    big_group: bool,
-) -> Option<usize> {
-    let usable = splits > 1
+/// Whether a decode launch of `splits` key splits under a context bound of `keys` runs the
+/// cluster kernel (with [`CLUSTER_SPLITS`] splits) instead of the split kernel and
+/// `attn_combine`. Not for blocks serving more than 4 query heads (`big_group`): 8 blocks per
+/// KV head of the Qwen3.5-27B shape (group 6, head_dim 256, 2 keys in flight per lane group)
+/// were slower than the split launch (performance/cuda-dense.md, session 16).
+pub(super) fn cluster_merge(be: &CudaBackend, splits: usize, keys: usize, big_group: bool) -> bool {
+    splits > 1
         && !big_group
         && keys <= CLUSTER_MAX_KEYS
-        && be.artifact() == Artifact::Sm90Cubin;
-    Some(ATTN_CLUSTER.get()).filter(|&c| usable && c > 0)
+        && be.artifact() == Artifact::Sm90Cubin
+        && ATTN_CLUSTER.get()
 }

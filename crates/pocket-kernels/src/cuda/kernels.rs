@@ -286,10 +286,9 @@ pub enum Kernel {
     /// Decode attention (one query row per sequence) for GQA groups of up to 4 (`false`) or 8
     /// (`true`) query heads.
     AttnDecode(CacheType, bool),
-    /// [`Kernel::AttnDecode`] (groups up to 4) with its key splits merged inside a thread-block
-    /// cluster (sm_90 cubin only; kernels/attention_cluster.cuh): 8 blocks (`false`) or 16
-    /// (`true`, a non-portable cluster size).
-    AttnDecodeCluster(CacheType, bool),
+    /// [`Kernel::AttnDecode`] (groups up to 4) with its 8 key splits merged inside a
+    /// thread-block cluster (sm_90 cubin only; kernels/attention_cluster.cuh).
+    AttnDecodeCluster(CacheType),
     /// Tiled flash-attention prefill (`kernels/attention_prefill.cu`) for a head size.
     AttnPrefill(CacheType, super::attn_prefill::PrefillDim),
     /// The TF32 tensor-core variant of [`Kernel::AttnPrefill`] (f32 caches).
@@ -388,12 +387,6 @@ macro_rules! q8_table {
 }
 
 impl Kernel {
-    /// Whether the kernel's compiled cluster size is above the portable 8 blocks, which the
-    /// function must be allowed before its first launch.
-    pub fn non_portable_cluster(self) -> bool {
-        matches!(self, Kernel::AttnDecodeCluster(_, true))
-    }
-
     /// The module and symbol of this kernel (string literals, resolved at compile time).
     pub fn symbol(self) -> (ModuleId, &'static str) {
         use ModuleId as M;
@@ -448,15 +441,12 @@ impl Kernel {
                     (CacheType::BF16, true) => "attn_dec_bf16_g8",
                 },
             ),
-            Kernel::AttnDecodeCluster(c, c16) => (
+            Kernel::AttnDecodeCluster(c) => (
                 M::Attention,
-                match (c, c16) {
-                    (CacheType::F32, false) => "attn_dec_c8_f32_g4",
-                    (CacheType::F16, false) => "attn_dec_c8_f16_g4",
-                    (CacheType::BF16, false) => "attn_dec_c8_bf16_g4",
-                    (CacheType::F32, true) => "attn_dec_c16_f32_g4",
-                    (CacheType::F16, true) => "attn_dec_c16_f16_g4",
-                    (CacheType::BF16, true) => "attn_dec_c16_bf16_g4",
+                match c {
+                    CacheType::F32 => "attn_dec_c8_f32_g4",
+                    CacheType::F16 => "attn_dec_c8_f16_g4",
+                    CacheType::BF16 => "attn_dec_c8_bf16_g4",
                 },
             ),
             Kernel::AttnPrefill(c, d) => (M::AttentionPrefill, super::attn_prefill::symbol(c, d)),

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
@@ -106,14 +105,6 @@ impl KernelTable {
         let func = module
             .load_function(sym)
             .map_err(|e| cuda_err("load_function", format!("{sym}: {e}")))?;
-        if k.non_portable_cluster() {
-            // Clusters above 8 blocks launch only where the function allows them.
-            func.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                1,
-            )
-            .map_err(|e| cuda_err("set_attribute", format!("{sym}: {e}")))?;
-        }
         let entry = (func, k.pdl_aware());
         f.insert(k, entry.clone());
         Ok(entry)
