@@ -12,6 +12,12 @@
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define ATD_CLUSTER 8
 
+// This block's rank in its cluster.
+DEVI uint32_t atc_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
 DEVI void atc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 DEVI void atc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
@@ -24,15 +30,14 @@ DEVI float atc_load(const float* p, uint32_t rank) {
     return v;
 }
 
-// The merge of the cluster's partials for outputs [0, G * HD) of the block's heads: `so` [G][HD]
+// The merge of the cluster's partials (host_check/attn_emu runs it with its own primitives above) for outputs [0, G * HD) of the block's heads: `so` [G][HD]
 // the unnormalized rows, `sM` / `sL` [G] the maxima and sums, at the same offsets in every block.
 // Writes `out` (gated where a.gate is set) and its Q8 copy where a.xq is set. The whole block
 // calls it; G * HD is a multiple of 32, so a warp's 32 outputs are one Q8 block of one head.
 template <int HD, int NT>
 DEVI void atc_merge(const AttnArgs& a, const float* so, const float* sM, const float* sL, int G,
                     size_t hbase) {
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    uint32_t rank = atc_rank();
     atc_arrive();
     atc_wait();  // every partial of the cluster is written and visible
     for (int base = (int)rank * NT; base < G * HD; base += ATD_CLUSTER * NT) {

@@ -1,6 +1,8 @@
 // Host emulation of decode attention as the host launches it (kernels/attention.cu attn_decode,
-// then attn_combine when the launch has more than one split): one std::thread per CUDA thread,
-// barriers for __syncthreads and for warp shuffles, blocks run one after another. The split count
+// then attn_combine when the launch has more than one split; or, where attn_plan.rs would, the
+// cluster form: 8 split blocks run together, merged by attention_cluster.cuh's atc_merge through
+// each other's shared memory): one std::thread per CUDA thread, barriers for __syncthreads, warp
+// shuffles and the cluster barrier; blocks (clusters) run one after another. The split count
 // is chosen as attn.rs does (choose_decode_splits, 132 SMs, DECODE_MIN_KEYS 32) from a bound that
 // may exceed the real lengths (a graph bucket). Every buffer the kernels may leave unwritten
 // starts as NaN (out, the partials), and register arrays the kernel declares without
@@ -40,16 +42,37 @@ struct Dim { int x, y, z; };
 thread_local Dim threadIdx;
 thread_local Dim blockIdx;
 Dim blockDim;
-std::barrier<>* g_block;
-std::barrier<>* g_warp[8];
-float g_shfl[256];
-inline void __syncthreads() { g_block->arrive_and_wait(); }
+// The calling thread's block: its barrier, warp barriers, shuffle slots and shared memory.
+struct EmuBlock {
+    std::barrier<> blk;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    float shfl[256];
+    float4 smem[16384];  // 256 KiB: more than any decode instantiation's shared arrays
+    explicit EmuBlock(int nt) : blk(nt) {
+        for (int i = 0; i < nt / 32; i++) warps.emplace_back(new std::barrier<>(32));
+    }
+};
+thread_local EmuBlock* g_blk;
+inline float4* emu_smem() { return g_blk->smem; }
+// The cluster being run (cluster launches only): its barrier and blocks, and this block's rank.
+std::barrier<>* g_cluster;
+std::vector<std::unique_ptr<EmuBlock>>* g_cluster_blocks;
+thread_local uint32_t g_rank;
+#define ATD_CLUSTER 8
+inline uint32_t atc_rank() { return g_rank; }
+inline void atc_arrive() { g_cluster->arrive_and_wait(); }  // arrive + wait: one barrier phase
+inline void atc_wait() {}
+inline float atc_load(const float* p, uint32_t rank) {
+    ptrdiff_t off = (const char*)p - (const char*)g_blk->smem;
+    return *(const float*)((const char*)(*g_cluster_blocks)[rank]->smem + off);
+}
+inline void __syncthreads() { g_blk->blk.arrive_and_wait(); }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     int t = threadIdx.x, w = t / 32;
-    g_shfl[t] = v;
-    g_warp[w]->arrive_and_wait();
-    float r = g_shfl[(t & ~31) | ((t & 31) ^ o)];
-    g_warp[w]->arrive_and_wait();
+    g_blk->shfl[t] = v;
+    g_blk->warps[w]->arrive_and_wait();
+    float r = g_blk->shfl[(t & ~31) | ((t & 31) ^ o)];
+    g_blk->warps[w]->arrive_and_wait();
     return r;
 }
 inline float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
@@ -74,13 +97,12 @@ using std::isinf;
 // the blocks in order, with a barrier between blocks (their static __shared__ arrays are reused).
 static void launch(Dim grid, int nt, const std::function<void()>& body) {
     blockDim = {nt, 1, 1};
-    std::barrier<> blk(nt), end(nt);
-    g_block = &blk;
-    std::vector<std::unique_ptr<std::barrier<>>> w;
-    for (int i = 0; i < nt / 32; i++) { w.emplace_back(new std::barrier<>(32)); g_warp[i] = w.back().get(); }
+    std::barrier<> end(nt);
+    auto b = std::make_unique<EmuBlock>(nt);
     std::vector<std::thread> th;
     for (int t = 0; t < nt; t++) th.emplace_back([&, t] {
         threadIdx = {t, 0, 0};
+        g_blk = b.get();
         for (int z = 0; z < grid.z; z++) for (int y = 0; y < grid.y; y++) for (int x = 0; x < grid.x; x++) {
             blockIdx = {x, y, z};
             body();
@@ -88,6 +110,29 @@ static void launch(Dim grid, int nt, const std::function<void()>& body) {
         }
     });
     for (auto& x : th) x.join();
+}
+
+// Runs `body` as clusters of grid.z blocks (the whole z extent): for each (x, y) the grid.z * nt
+// threads of one cluster run together, each block with its own barriers and shared memory.
+static void launch_cluster(Dim grid, int nt, const std::function<void()>& body) {
+    blockDim = {nt, 1, 1};
+    int cs = grid.z;
+    for (int y = 0; y < grid.y; y++) for (int x = 0; x < grid.x; x++) {
+        std::vector<std::unique_ptr<EmuBlock>> blocks;
+        for (int r = 0; r < cs; r++) blocks.emplace_back(new EmuBlock(nt));
+        std::barrier<> cl(cs * nt);
+        g_cluster = &cl;
+        g_cluster_blocks = &blocks;
+        std::vector<std::thread> th;
+        for (int t = 0; t < cs * nt; t++) th.emplace_back([&, t] {
+            threadIdx = {t % nt, 0, 0};
+            blockIdx = {x, y, t / nt};
+            g_rank = (uint32_t)(t / nt);
+            g_blk = blocks[t / nt].get();
+            body();
+        });
+        for (auto& th1 : th) th1.join();
+    }
 }
 
 static uint16_t f2h(float f) {  // round to nearest f16 (normal range only, enough here)
@@ -115,8 +160,11 @@ static int host_splits(int blocks, int keys, bool big_group) {
 
 struct Cfg { int heads, kvh, hd; float softcap; int window; std::vector<int> lens; int bound; };
 
+// attn_plan.rs cluster_merge on sm_90: split launches of groups up to 4 at bounds up to 1024 keys.
+static bool host_cluster(int splits, int keys, int G) { return splits > 1 && G <= 4 && keys <= 1024; }
+
 template <typename T>
-static int run(const Cfg& c, std::mt19937& rng) {
+static int run(const Cfg& c, std::mt19937& rng, bool cluster_ok) {
     using C = Cache<T>;
     std::uniform_real_distribution<float> U(-1, 1);
     int bs = 16, S = c.lens.size(), G = c.heads / c.kvh;
@@ -135,12 +183,19 @@ static int run(const Cfg& c, std::mt19937& rng) {
     int bound = std::max(max_len, c.bound);
     int keys = c.window > 0 ? std::min(bound, c.window) : bound;
     int splits = host_splits(S * c.kvh, keys, G > 4);
+    bool cluster = cluster_ok && host_cluster(splits, keys, G);
+    if (cluster_ok && !cluster) return 0;  // the split launch, already run
+    if (cluster) splits = ATD_CLUSTER;
     std::vector<float> out(S * c.heads * c.hd, NAN), pacc(S * c.heads * splits * c.hd, NAN), pml(S * c.heads * splits * 2, NAN);
     float scale = 1.f / std::sqrt((float)c.hd);
     AttnArgs a{q.data(), kc.data(), vc.data(), qs.data(), sl.data(), tables.data(), out.data(), pacc.data(), pml.data(),
                S, c.heads, c.kvh, c.hd, bs, mb, c.window, splits, scale, c.softcap, 32};
-    launch({S, c.kvh, splits}, 128, [&] { if (G > 4) attn_decode<T, 8, 0, 128>(a); else attn_decode<T, 4, 0, 128>(a); });
-    if (splits > 1) {
+    if (cluster) {
+        launch_cluster({S, c.kvh, splits}, 128, [&] { attn_decode<T, 4, ATD_CLUSTER, 128>(a); });
+    } else {
+        launch({S, c.kvh, splits}, 128, [&] { if (G > 4) attn_decode<T, 8, 0, 128>(a); else attn_decode<T, 4, 0, 128>(a); });
+    }
+    if (splits > 1 && !cluster) {
         int nt = std::min((c.hd + 31) / 32 * 32, 256);
         launch({S, c.heads, 1}, nt, [&] { attn_combine(pacc.data(), pml.data(), out.data(), c.heads, c.hd, splits, sl.data(), c.window, 32, nullptr, nullptr, nullptr, nullptr); });
     }
@@ -172,7 +227,7 @@ static int run(const Cfg& c, std::mt19937& rng) {
     }
     printf("%s %d/%dx%d lens [", C::name(), c.heads, c.kvh, c.hd);
     for (int i = 0; i < S; i++) printf("%s%d", i ? ", " : "", c.lens[i]);
-    printf("] bound %d window %d softcap %g splits %d: worst %.2e, %d failures\n", bound, c.window, c.softcap, splits, worst, fails);
+    printf("] bound %d window %d softcap %g splits %d%s: worst %.2e, %d failures\n", bound, c.window, c.softcap, splits, cluster ? " (cluster)" : "", worst, fails);
     return fails;
 }
 
@@ -191,9 +246,13 @@ int main() {
         {10, 2, 128, 0, 0, {200, 31}, 0}, {3, 1, 256, 0, 0, {95, 1}, 2048}, {16, 4, 64, 0, 40, {1000, 7}, 0},
         {64, 8, 128, 0, 0, {5, 3}, 0},
     };
-    for (auto& c : cfgs) fails += run<__half>(c, rng);
-    for (auto& c : cfgs) fails += run<__nv_bfloat16>(c, rng);
-    for (auto& c : cfgs) fails += run<float>(c, rng);
+    // Each case as the split launch, then again as the cluster where the host would choose it
+    // on sm_90.
+    for (bool cl : {false, true}) {
+        for (auto& c : cfgs) fails += run<__half>(c, rng, cl);
+        for (auto& c : cfgs) fails += run<__nv_bfloat16>(c, rng, cl);
+        for (auto& c : cfgs) fails += run<float>(c, rng, cl);
+    }
     printf("%d failures\n", fails);
     return fails != 0;
 }

@@ -11,6 +11,7 @@ FAULTS=(
   "radix passes ignore the digits found|sample_cut.cuh|const bool in = ok && key_of(v, key) && (key & mask) == prefix;|const bool in = ok && key_of(v, key);|sample_emu.sh"
   "a weight set taken without k candidates|sample.cu|const bool holds = kk > 0 ? c >= (float)kk :|const bool holds = kk > 0 ? true :|sample_emu.sh"
   "one-row GEMV skips a slot's last refill|fp8_row.cuh|if (cn < nch) row1_load_chunk|if (cn + 32 < nch) row1_load_chunk|gemv_emu.sh small"
+  "cluster merge drops rank 0's sum|attention_cluster.cuh|            L += l[r] * w;|            if (r > 0) L += l[r] * w;|run.sh"
 )
 bad=0
 for f in "${FAULTS[@]}"; do

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "3158cc318f547bf667c97e41e428755c91a7152209c9558a2fa1704369a6baa5";
+    "d873afb6bebaa577355e00e8afc175546b471fb061ea4f933d8c1297f45a1a2f";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
