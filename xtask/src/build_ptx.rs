@@ -9,8 +9,8 @@
 //!
 //! Incremental: a module whose `.cu` and every header it includes (transitively) hash as the
 //! existing manifest records, and whose two artifacts on disk hash as recorded, is not compiled
-//! again (nvcc's output is a function of its input; the whole set takes over ten minutes on the
-//! two-core build machine). `--all` compiles every module.
+//! again (nvcc's output is a function of its input; one module, attention.cu, took 2 min 15 s on
+//! the two-core build machine, and every module is rebuilt otherwise). `--all` compiles every module.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
