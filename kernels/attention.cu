@@ -9,6 +9,7 @@
 //
 // head_dim <= 256: each lane holds dims lane + 32 i, i < 8.
 #include "common.cuh"
+#include "attention_stage.cuh"
 
 #define ATT_WARPS 4
 #define ATT_DPL 8
@@ -48,6 +49,10 @@ struct AttnArgs {
     // Output gate (Qwen3.5): where non-null, whichever kernel writes `out` writes
     // out * sigmoid(gate) instead (gate [rows, heads, head_dim], as `out`), and quantizes that.
     const float* gate;
+    // Decode kernel: keys per lane group whose K/V rows are staged in dynamic shared memory before
+    // pdl_wait() (attention_stage.cuh; 16-bit caches only, 0 = none). The launch passes
+    // 2 * stage_keys * 128 * 16 bytes of dynamic shared memory.
+    int stage_keys;
 };
 
 // sigmoid_mul's arithmetic (deltanet.cu): v * (1 / (1 + expf(-g))).
@@ -356,8 +361,39 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
     size_t hbase = (size_t)s * a.heads + (size_t)kvh * hs.G + hs.h0;  // its first (row, head)
     int grp = tid / TPK, dl = tid % TPK;
 
-    // q is loaded before the sequence length arrives (the two loads are independent), so the
-    // block waits for one global round trip here rather than two.
+    // The sequence's length and block table are host uploads: read before pdl_wait(), with the
+    // first keys' K/V rows staged behind them (attention_stage.cuh).
+    int pos = (int)a.seq_lens[s] - 1;
+    int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    int nkeys = pos - k_lo + 1;
+    int nsplit = dec_splits(nkeys, a.splits, a.min_keys);
+    // The whole block leaves: no barrier is skipped by part of it. A cluster's blocks all stay
+    // (an empty split merges with weight 0) unless one split does everything, which every block
+    // of the cluster sees alike (its sequence's length), so none then waits at a cluster barrier.
+    if (CS == 0 ? split >= nsplit : nsplit == 1 && split > 0) return;
+    int per = (nkeys + nsplit - 1) / nsplit;
+    int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
+    const T* kc = (const T*)a.k_cache;
+    const T* vc = (const T*)a.v_cache;
+    const uint32_t* bt = a.block_tables + (size_t)s * a.max_blocks;
+    size_t kv_stride = (size_t)a.kv_heads * HD;
+    size_t col = (size_t)kvh * HD + 8 * dl;
+    // This thread's keys k_begin + grp + KG * i for i < staged sit in the staging area; the key
+    // at `pos` is the previous kernel's output and is read after the wait.
+    uint4* stage = atd_stage_smem();
+    int staged = 0;
+    if constexpr (sizeof(T) == 2) {
+        for (int i = 0; i < a.stage_keys; i++) {
+            int j = k_begin + grp + KG * i;
+            if (j >= k_end || j >= pos) break;
+            size_t slot = (size_t)bt[j / a.block_size] * a.block_size + (j % a.block_size);
+            atd_cp16(stage + (2 * i) * NT + tid, kc + slot * kv_stride + col);
+            atd_cp16(stage + (2 * i + 1) * NT + tid, vc + slot * kv_stride + col);
+            staged = i + 1;
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
     float q[GM][8], acc[GM][8], m[GM], l[GM];
 #pragma unroll
     for (int g = 0; g < GM; g++) {
@@ -375,28 +411,19 @@ __device__ void attn_dec_hd(const AttnArgs& a, float* smem) {
         m[g] = -INFINITY;
         l[g] = 0.f;
     }
-    int pos = (int)a.seq_lens[s] - 1;
-    int k_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-    int nkeys = pos - k_lo + 1;
-    int nsplit = dec_splits(nkeys, a.splits, a.min_keys);
-    // The whole block leaves: no barrier is skipped by part of it. A cluster's blocks all stay
-    // (an empty split merges with weight 0) unless one split does everything, which every block
-    // of the cluster sees alike (its sequence's length), so none then waits at a cluster barrier.
-    if (CS == 0 ? split >= nsplit : nsplit == 1 && split > 0) return;
-    int per = (nkeys + nsplit - 1) / nsplit;
-    int k_begin = k_lo + split * per, k_end = min(pos + 1, k_begin + per);
-    const T* kc = (const T*)a.k_cache;
-    const T* vc = (const T*)a.v_cache;
-    const uint32_t* bt = a.block_tables + (size_t)s * a.max_blocks;
-    size_t kv_stride = (size_t)a.kv_heads * HD;
-    size_t col = (size_t)kvh * HD + 8 * dl;
+    if (staged > 0) atd_cp_wait();
     // Every thread runs the same trip count, so the group shuffles below see all lanes.
-    for (int base = k_begin; base < k_end; base += KG * U) {
+    for (int base = k_begin, i0 = 0; base < k_end; base += KG * U, i0 += U) {
         Kv8<T> kr[U], vr[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int j = base + grp + KG * u;
-            if (j < k_end) {
+            if (i0 + u < staged) {
+                if constexpr (sizeof(T) == 2) {
+                    kr[u].r = stage[(2 * (i0 + u)) * NT + tid];
+                    vr[u].r = stage[(2 * (i0 + u) + 1) * NT + tid];
+                }
+            } else if (j < k_end) {
                 size_t slot = (size_t)bt[j / a.block_size] * a.block_size + (j % a.block_size);
                 kr[u].load(kc + slot * kv_stride + col);
                 vr[u].load(vc + slot * kv_stride + col);
@@ -563,13 +590,9 @@ __device__ void attn_decode(const AttnArgs& a) {
 
 #define DEF_ATTN_DECODE(name, T)                                                                   \
     extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g4(AttnArgs a) {  \
-        pdl_wait();                                                                                \
-        pdl_trigger();                                                                             \
         attn_decode<T, 4, 0, ATD_THREADS>(a);                                                      \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(ATD_THREADS) attn_dec_##name##_g8(AttnArgs a) {  \
-        pdl_wait();                                                                                \
-        pdl_trigger();                                                                             \
         attn_decode<T, 8, 0, ATD_THREADS>(a);                                                      \
     }
 DEF_ATTN_DECODE(f32, float)
@@ -584,8 +607,6 @@ DEF_ATTN_DECODE(bf16, __nv_bfloat16)
 #define DEF_ATTN_DECODE_CLUSTER(name, T)                                                           \
     extern "C" __global__ void __cluster_dims__(1, 1, ATD_CLUSTER) __launch_bounds__(ATD_THREADS) \
         attn_dec_c8_##name##_g4(AttnArgs a) {                                                      \
-        pdl_wait();                                                                                \
-        pdl_trigger();                                                                             \
         attn_decode<T, 4, ATD_CLUSTER, ATD_THREADS>(a);                                            \
     }
 DEF_ATTN_DECODE_CLUSTER(f32, float)

@@ -6,7 +6,8 @@
 #   AB_SETS="default=;ring8=POCKET_FP8_RING=8" ROUNDS=2 bash bundle/ab.sh
 #
 # AB_SETS: ';'-separated `name=VAR=value VAR2=value ... [--run-flag value ...]` (an empty list
-# after `name=` is the defaults). AB_MODEL: the synthetic model (default synthetic:qwen3.5-27b:fp8). Each run's output
+# after `name=` is the defaults; `AB_BENCH=path` there runs that pocket-bench instead of the
+# bundle's, for an A/B against another commit's build). AB_MODEL: the synthetic model (default synthetic:qwen3.5-27b:fp8). Each run's output
 # goes to $OUT/ab/<name>-<round>.txt; a table of decode tok/s per setting and round comes last.
 set -u
 BUNDLE="${BUNDLE:-$(cd "$(dirname "$0")" && pwd)}"
@@ -25,7 +26,10 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     for w in $vars; do
       if [ ${#args[@]} -eq 0 ] && [[ $w == *=* ]]; then envs+=("$w"); else args+=("$w"); fi
     done
-    env "${envs[@]}" timeout "${AB_TIMEOUT:-300}" "$BUNDLE/bin/pocket-bench" run --model "$MODEL" --device cuda \
+    # AB_BENCH=path among them runs another build of pocket-bench (e.g. the previous commit's).
+    exe="$BUNDLE/bin/pocket-bench"
+    for e in "${envs[@]}"; do [[ $e == AB_BENCH=* ]] && exe="${e#AB_BENCH=}"; done
+    env "${envs[@]}" timeout "${AB_TIMEOUT:-300}" "$exe" run --model "$MODEL" --device cuda \
       --prompt-tokens 512 --gen-tokens 128 --reps 3 --synth-dir /tmp/big --vocab-dir "$BUNDLE/vocab" \
       "${args[@]}" >"$OUT/ab/$name-$r.txt" 2>&1
   done

@@ -4,14 +4,16 @@
 //! passes its context bucket: the split count is then sized for the bound and the kernels must
 //! size their work from the lengths on the device. On the H200 (sm_90) the exact bounds up to
 //! 1024 keys of groups up to 4 run the cluster kernel (splits merged in the cluster) and the
-//! 16384 bound the split kernel with `attn_combine`, so both merges are checked. Skipped
-//! without a GPU.
+//! 16384 bound the split kernel with `attn_combine`, so both merges are checked. The decode runs
+//! repeat with no keys staged before the kernel's wait (`set_attn_stage(Some(0))`) and must give
+//! the same bits. Skipped without a GPU.
 #![cfg(feature = "cuda")]
 
 #[path = "cuda_common/attn.rs"]
 mod attn;
 
 use attn::{attend, gpu_or_skip, xorshift, Paged};
+use pocket_kernels::cuda::CudaBackend;
 use pocket_kernels::{AttentionParams, DType, Device};
 
 #[test]
@@ -20,6 +22,8 @@ fn split_k_decode_matches_cpu() {
         return;
     };
     let cpu = Device::cpu();
+    // The process-wide attention switches (the staging of early keys) live on the backend type.
+    let switch = CudaBackend::new(0).unwrap();
     let mut rnd = xorshift(0x1234_5678_9abc_def1);
     // (heads, kv_heads, head_dim, softcap): GQA groups of 4 and 8 (the decode kernel's two
     // entries), 7 (a partial group), 6 with head_dim 256 (Qwen3.5-27B: the group-of-6
@@ -59,11 +63,27 @@ fn split_k_decode_matches_cpu() {
                 };
                 let mut outs = Vec::new();
                 let exact = paged.max_len();
-                for (d, bound) in [(&cpu, exact), (&gpu, exact), (&gpu, exact.max(16384))] {
+                let big = exact.max(16384);
+                // The GPU runs with its default key staging, then with none (the same bits).
+                let runs = [(&cpu, exact, None), (&gpu, exact, None), (&gpu, big, None)];
+                let unstaged = [(&gpu, exact, Some(0)), (&gpu, big, Some(0))];
+                for (d, bound, stage) in runs.into_iter().chain(unstaged) {
+                    switch.set_attn_stage(stage);
                     let (kc, vc) = paged.caches(d, dtype, (kvh, hd), (&kv, &vv), bound);
                     let m = paged.meta(d, bound);
                     let qt = d.upload_f32(&q, &[nq, heads, hd]).unwrap();
                     outs.push(attend(d, &qt, &kc, &vc, &m, &p, nq));
+                }
+                switch.set_attn_stage(None);
+                for (staged, plain) in [(1, 3), (2, 4)] {
+                    let same = outs[staged]
+                        .iter()
+                        .zip(&outs[plain])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{heads}/{kvh}x{hd} {dtype:?} lens {lens:?} window {window:?}: staged keys change the output"
+                    );
                 }
                 let mut worst = 0.0f32;
                 for (gpu_out, bound) in [(&outs[1], exact), (&outs[2], exact.max(16384))] {

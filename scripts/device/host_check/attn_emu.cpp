@@ -8,7 +8,10 @@
 // starts as NaN (out, the partials), and register arrays the kernel declares without
 // initialising (Kv8 kr/vr: run.sh inserts EMU_POISON after their declaration) start as NaN bit
 // patterns, as stale registers may on the GPU: a result that depends on either shows as NaN.
-// f16, bf16 and f32 caches; checked against an f64 reference over the same cache values.
+// f16, bf16 and f32 caches; checked against an f64 reference over the same cache values. The
+// key staging (attention_stage.cuh) runs with the host's stage_keys, and every cache read a
+// thread makes before its pdl_wait() is checked against the rows the previous kernel writes (the
+// K/V rows at each sequence's last position): one such read is a failure.
 #include <cstdint>
 #include <cstring>
 #include <cmath>
@@ -20,6 +23,7 @@
 #include <random>
 #include <functional>
 #include <memory>
+#include <atomic>
 #define DEVI inline
 #define __device__
 #define __restrict__
@@ -28,7 +32,19 @@ struct uint4 { uint32_t x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct __half { uint16_t v; };
 struct __nv_bfloat16 { uint16_t v; };
-template <typename T> inline T __ldg(const T* p) { T v; memcpy(&v, p, sizeof(T)); return v; }
+// Reads before pdl_wait() (programmatic dependent launch) may not touch what the previous kernel
+// writes: the K/V rows at each sequence's last position (set per launch in g_forbidden). Every
+// cache read (__ldg, the staging copies) is checked against them while the thread has not waited.
+std::vector<std::pair<const char*, const char*>> g_forbidden;
+std::atomic<int> g_early_reads{0};
+thread_local bool g_waited;
+inline void emu_read(const void* p, size_t n) {
+    if (g_waited) return;
+    const char* c = (const char*)p;
+    for (auto& [lo, hi] : g_forbidden)
+        if (c < hi && c + n > lo) g_early_reads++;
+}
+template <typename T> inline T __ldg(const T* p) { emu_read(p, sizeof(T)); T v; memcpy(&v, p, sizeof(T)); return v; }
 inline float h2f(uint16_t h) {
     uint32_t s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
     float v = e == 31 ? (m ? NAN : INFINITY)
@@ -48,6 +64,7 @@ struct EmuBlock {
     std::vector<std::unique_ptr<std::barrier<>>> warps;
     float shfl[256];
     float4 smem[16384];  // 256 KiB: more than any decode instantiation's shared arrays
+    uint4 stage[2 * 16 * 128];  // the dynamic staging area at its largest (attention_stage.cuh)
     explicit EmuBlock(int nt) : blk(nt) {
         for (int i = 0; i < nt / 32; i++) warps.emplace_back(new std::barrier<>(32));
     }
@@ -77,7 +94,11 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
 }
 inline float warp_sum(float v) { for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }
 inline float warp_max(float v) { for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o)); return v; }
-inline void pdl_wait() {}
+inline void pdl_wait() { g_waited = true; }
+// attention_stage.cuh's primitives: the copy is done at once, so waiting is a no-op.
+inline uint4* atd_stage_smem() { return g_blk->stage; }
+inline void atd_cp16(uint4* dst, const void* src) { emu_read(src, 16); memcpy(dst, src, 16); }
+inline void atd_cp_wait() {}
 inline void pdl_trigger() {}
 // IEEE single ops and common.cuh's Rust-cast rounding, for quant32_warp (the fused Q8 output).
 inline float __fdiv_rn(float a, float b) { return a / b; }
@@ -105,6 +126,7 @@ static void launch(Dim grid, int nt, const std::function<void()>& body) {
         g_blk = b.get();
         for (int z = 0; z < grid.z; z++) for (int y = 0; y < grid.y; y++) for (int x = 0; x < grid.x; x++) {
             blockIdx = {x, y, z};
+            g_waited = false;
             body();
             end.arrive_and_wait();
         }
@@ -129,6 +151,7 @@ static void launch_cluster(Dim grid, int nt, const std::function<void()>& body) 
             blockIdx = {x, y, t / nt};
             g_rank = (uint32_t)(t / nt);
             g_blk = blocks[t / nt].get();
+            g_waited = false;
             body();
         });
         for (auto& th1 : th) th1.join();
@@ -156,6 +179,13 @@ static int host_splits(int blocks, int keys, bool big_group) {
     int per_sm = big_group ? 2 : 3;
     int s = std::min(per_sm * 132 / std::max(blocks, 1), (keys + 31) / 32);
     return std::clamp(s, 1, 256);
+}
+
+// attn_plan.rs stage_keys on sm_90 at the default POCKET_ATTN_STAGE (12): 16-bit caches only.
+static int host_stage(bool half, int hd, int keys, int splits) {
+    if (!half) return 0;
+    int groups = 128 / (hd / 8), per = std::max((keys + splits - 1) / splits, 32);
+    return std::min((per + groups - 1) / groups, 12);
 }
 
 struct Cfg { int heads, kvh, hd; float softcap; int window; std::vector<int> lens; int bound; };
@@ -190,6 +220,16 @@ static int run(const Cfg& c, std::mt19937& rng, bool cluster_ok) {
     float scale = 1.f / std::sqrt((float)c.hd);
     AttnArgs a{q.data(), kc.data(), vc.data(), qs.data(), sl.data(), tables.data(), out.data(), pacc.data(), pml.data(),
                S, c.heads, c.kvh, c.hd, bs, mb, c.window, splits, scale, c.softcap, 32};
+    a.stage_keys = host_stage(sizeof(T) == 2, c.hd, keys, splits);
+    g_forbidden.clear();
+    for (int s = 0; s < S; s++) {
+        int pos = c.lens[s] - 1;
+        size_t slot = (size_t)tables[s * mb + pos / bs] * bs + pos % bs;
+        size_t sz = sizeof(typename C::S);
+        for (const auto* base : {(const char*)kc.data(), (const char*)vc.data()})
+            g_forbidden.push_back({base + slot * row * sz, base + (slot + 1) * row * sz});
+    }
+    int early0 = g_early_reads.load();
     if (cluster) {
         launch_cluster({S, c.kvh, splits}, 128, [&] { attn_decode<T, 4, ATD_CLUSTER, 128>(a); });
     } else {
@@ -200,6 +240,10 @@ static int run(const Cfg& c, std::mt19937& rng, bool cluster_ok) {
         launch({S, c.heads, 1}, nt, [&] { attn_combine(pacc.data(), pml.data(), out.data(), c.heads, c.hd, splits, sl.data(), c.window, 32, nullptr, nullptr, nullptr, nullptr); });
     }
     int fails = 0;
+    if (int e = g_early_reads.load() - early0) {
+        printf("  FAIL %d reads of the previous kernel's K/V rows before pdl_wait\n", e);
+        fails += e;
+    }
     double worst = 0;
     for (int s = 0; s < S; s++) for (int h = 0; h < c.heads; h++) {
         int pos = c.lens[s] - 1, lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
@@ -227,7 +271,7 @@ static int run(const Cfg& c, std::mt19937& rng, bool cluster_ok) {
     }
     printf("%s %d/%dx%d lens [", C::name(), c.heads, c.kvh, c.hd);
     for (int i = 0; i < S; i++) printf("%s%d", i ? ", " : "", c.lens[i]);
-    printf("] bound %d window %d softcap %g splits %d%s: worst %.2e, %d failures\n", bound, c.window, c.softcap, splits, cluster ? " (cluster)" : "", worst, fails);
+    printf("] bound %d window %d softcap %g splits %d%s staged %d: worst %.2e, %d failures\n", bound, c.window, c.softcap, splits, cluster ? " (cluster)" : "", a.stage_keys, worst, fails);
     return fails;
 }
 

@@ -5,7 +5,9 @@
 #  * attn_emu: the decode attention kernel (kernels/attention.cu, attn_decode) run with one host
 #    thread per CUDA thread (barriers for __syncthreads and shuffles) against an f64 reference,
 #    as the split launch with attn_combine and, where the host picks it, as the sm_90 cluster
-#    form (8 blocks together, attention_cluster.cuh's merge through each other's shared memory).
+#    form (8 blocks together, attention_cluster.cuh's merge through each other's shared memory);
+#    the keys staged before pdl_wait (attention_stage.cuh) with a check that no read before the
+#    wait touches the previous kernel's K/V rows.
 #  * delta_emu: the chunked delta-rule prefill (kernels/deltanet.cu, delta_chunk_prep/_scan) the
 #    same way, against an f64 token-by-token reference.
 # The kernel sources are extracted from kernels/ as they are, so this checks the committed code.

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "d873afb6bebaa577355e00e8afc175546b471fb061ea4f933d8c1297f45a1a2f";
+    "81be2b62326e25ccd83d90c37959cdd329edda1f963cb439b0e51fe095aade71";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

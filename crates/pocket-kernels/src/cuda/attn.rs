@@ -3,14 +3,15 @@
 
 use super::attn_plan::{
     choose_decode_splits, choose_splits, cluster_merge, decode_head_split, decode_kernel,
-    fused_q8_output, short_iter_keys, DecodeKernel, CLUSTER_SPLITS, DECODE_MIN_KEYS,
-    HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS,
+    fused_q8_output, short_iter_keys, stage_keys, DecodeKernel, CLUSTER_SPLITS, DECODE_MIN_KEYS,
+    HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS, STAGE_BYTES_PER_KEY, STAGE_MAX_KEYS,
 };
 use super::kernels::{CacheType, Kernel};
 use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
+use cudarc::driver::sys::CUfunction_attribute;
 
 /// Kernel argument block of `attn_*` (mirrors `AttnArgs` in kernels/attention.cu).
 #[repr(C)]
@@ -41,6 +42,7 @@ struct AttnArgs {
     xd: u64,
     xs: u64,
     gate: u64,
+    stage_keys: i32,
 }
 
 /// Longest head the kernel holds in registers (8 values per lane).
@@ -380,6 +382,7 @@ fn attention_impl(
         xd,
         xs,
         gate: gate_ptr,
+        stage_keys: 0,
     };
     let out_ptr = args.out;
     if decode {
@@ -387,11 +390,32 @@ fn attention_impl(
             true => Kernel::AttnDecodeCluster(ct),
             false => Kernel::AttnDecode(ct, big_group),
         };
-        be.launch(
+        let half = matches!(ct, CacheType::F16 | CacheType::BF16);
+        let stage = stage_keys(be, half, hd, keys, splits);
+        // The staging area is dynamic shared memory beyond the 48 KiB default: opt in at the
+        // largest size any launch asks for (one value, so the attribute never changes).
+        let stage = if stage > 0 {
+            let f = be.kernels.get(kernel)?;
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            let most = (STAGE_MAX_KEYS * STAGE_BYTES_PER_KEY) as i32;
+            if f.set_attribute(attr, most).is_ok() {
+                stage
+            } else {
+                0
+            }
+        } else {
+            0
+        };
+        let args = AttnArgs {
+            stage_keys: stage as i32,
+            ..args
+        };
+        be.launch_smem(
             OP,
             kernel,
             (s as u32, (p.num_kv_heads * nhb) as u32, splits as u32),
             128,
+            (stage * STAGE_BYTES_PER_KEY) as u32,
             args![args],
         )
         .inspect_err(|_| be.invalidate_q8())?;

@@ -168,3 +168,60 @@ pub(super) fn cluster_merge(be: &CudaBackend, splits: usize, keys: usize, big_gr
         && be.artifact() == Artifact::Sm90Cubin
         && ATTN_CLUSTER.get()
 }
+
+/// Most keys per lane group any decode launch stages (64 KiB of shared memory per block).
+pub(super) const STAGE_MAX_KEYS: usize = 16;
+
+/// Every value [`ATTN_STAGE`] may take: keys per lane group staged early.
+const STAGE_VALUES: [usize; 5] = [0, 4, 8, 12, STAGE_MAX_KEYS];
+
+/// Most keys per lane group whose K/V rows the decode kernel stages in shared memory before it
+/// waits for the previous kernel (kernels/attention_stage.cuh): `POCKET_ATTN_STAGE` (one of
+/// [`STAGE_VALUES`], default 12: the 96 keys of a head_dim-128 split, 48 KiB per block; 0
+/// reads every key after the wait, as before), or [`CudaBackend::set_attn_stage`].
+static ATTN_STAGE: EnvChoice<usize> = EnvChoice::new("POCKET_ATTN_STAGE", &STAGE_VALUES, |v| {
+    let n = v.and_then(|v| v.parse::<usize>().ok()).unwrap_or(12);
+    STAGE_VALUES
+        .into_iter()
+        .rev()
+        .find(|&s| s <= n)
+        .unwrap_or(0)
+});
+
+impl CudaBackend {
+    /// Most keys per lane group the decode attention stages before its wait (rounded down to
+    /// 0, 4, 8, 12 or 16); `None` goes back to `POCKET_ATTN_STAGE`. Process-wide, for A/B
+    /// benchmarks and tests: staged or not, the results are the same bits.
+    pub fn set_attn_stage(&self, keys: Option<usize>) {
+        ATTN_STAGE.set(keys.map(|n| {
+            STAGE_VALUES
+                .into_iter()
+                .rev()
+                .find(|&s| s <= n)
+                .unwrap_or(0)
+        }));
+    }
+}
+
+/// Bytes of dynamic shared memory per staged key (K and V rows of 16 bytes for each of the
+/// block's 128 threads).
+pub(super) const STAGE_BYTES_PER_KEY: usize = 2 * 128 * 16;
+
+/// Keys per lane group a decode launch stages (`stage_keys` of AttnArgs): enough for a split's
+/// share under the context bound `keys` (at least [`DECODE_MIN_KEYS`] per split, as the kernel's
+/// `dec_splits` may give), at most [`ATTN_STAGE`]; 0 for f32 caches (the copies are 16-byte rows
+/// of 16-bit values) and off the sm_90 cubin (no PDL there: nothing to overlap).
+pub(super) fn stage_keys(
+    be: &CudaBackend,
+    half_cache: bool,
+    hd: usize,
+    keys: usize,
+    splits: usize,
+) -> usize {
+    if !half_cache || be.artifact() != Artifact::Sm90Cubin {
+        return 0;
+    }
+    let lane_groups = 128 / (hd / 8);
+    let per_split = keys.div_ceil(splits.max(1)).max(DECODE_MIN_KEYS);
+    per_split.div_ceil(lane_groups).min(ATTN_STAGE.get())
+}
