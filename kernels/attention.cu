@@ -10,6 +10,7 @@
 // head_dim <= 256: each lane holds dims lane + 32 i, i < 8.
 #include "common.cuh"
 #include "attention_stage.cuh"
+#include "cluster.cuh"
 
 #define ATT_WARPS 4
 #define ATT_DPL 8

@@ -12,34 +12,17 @@
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define ATD_CLUSTER 8
 
-// This block's rank in its cluster.
-DEVI uint32_t atc_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-DEVI void atc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-DEVI void atc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-
-// Loads the float at `p` (an address in this block's shared memory) from block `rank`'s copy.
-DEVI float atc_load(const float* p, uint32_t rank) {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p), ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-    return v;
-}
-
-// The merge of the cluster's partials (host_check/attn_emu runs it with its own primitives above) for outputs [0, G * HD) of the block's heads: `so` [G][HD]
-// the unnormalized rows, `sM` / `sL` [G] the maxima and sums, at the same offsets in every block.
+// The merge of the cluster's partials for outputs [0, G * HD) of the block's heads (host_check's
+// attn_emu runs it on emulated cluster.cuh primitives): `so` [G][HD] the unnormalized rows,
+// `sM` / `sL` [G] the maxima and sums, at the same offsets in every block.
 // Writes `out` (gated where a.gate is set) and its Q8 copy where a.xq is set. The whole block
 // calls it; G * HD is a multiple of 32, so a warp's 32 outputs are one Q8 block of one head.
 template <int HD, int NT>
 DEVI void atc_merge(const AttnArgs& a, const float* so, const float* sM, const float* sL, int G,
                     size_t hbase) {
-    uint32_t rank = atc_rank();
-    atc_arrive();
-    atc_wait();  // every partial of the cluster is written and visible
+    uint32_t rank = cluster_rank();
+    cluster_arrive();
+    cluster_wait();  // every partial of the cluster is written and visible
     for (int base = (int)rank * NT; base < G * HD; base += ATD_CLUSTER * NT) {
         int idx = base + (int)threadIdx.x;
         if (idx - (int)(threadIdx.x & 31) >= G * HD) break;  // whole warps leave together
@@ -47,9 +30,9 @@ DEVI void atc_merge(const AttnArgs& a, const float* so, const float* sM, const f
         float m[ATD_CLUSTER], l[ATD_CLUSTER], o[ATD_CLUSTER];
 #pragma unroll
         for (int r = 0; r < ATD_CLUSTER; r++) {
-            m[r] = atc_load(sM + g, r);
-            l[r] = atc_load(sL + g, r);
-            o[r] = atc_load(so + g * HD + d, r);
+            m[r] = cluster_load(sM + g, r);
+            l[r] = cluster_load(sL + g, r);
+            o[r] = cluster_load(so + g * HD + d, r);
         }
         float M = -INFINITY;
 #pragma unroll
@@ -71,7 +54,7 @@ DEVI void atc_merge(const AttnArgs& a, const float* so, const float* sM, const f
         }
     }
     // No block may leave (freeing its shared memory) while another still reads it.
-    atc_arrive();
-    atc_wait();
+    cluster_arrive();
+    cluster_wait();
 }
 #endif

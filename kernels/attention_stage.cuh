@@ -1,12 +1,13 @@
 // The decode attention's key staging (attention.cu, attn_dec_hd): before pdl_wait() each thread
 // copies the K and V rows of its own first keys of the split into dynamic shared memory with
-// cp.async, so the HBM round trips of those keys overlap the previous kernel (the RoPE and
-// cache write) instead of following it. Safe because every kernel of the engine triggers its
-// dependents after its own pdl_wait(): while this one runs before its wait, only the previous
-// kernel may still run, and of what this reads early it writes only the K/V row at the
-// sequence's last position, which is never staged (the sequence lengths and block tables are
-// host uploads, the earlier rows were written in earlier steps). The host_check emulation
-// supplies its own versions of these three primitives.
+// cp.async, so the HBM round trips of those keys overlap the previous kernels (the RoPE and
+// cache write, which lets this launch before it waits, and the projection before it) instead of
+// following them. Safe because no kernel that may still run then writes what this reads early:
+// the projection writes its output rows and the RoPE kernel q and the K/V row at each sequence's
+// last position, which is never staged; the sequence lengths and block tables are host uploads,
+// the earlier rows were written in earlier steps, and every kernel before the projection has
+// finished (the projection triggers after its own pdl_wait(), common.cuh). The host_check
+// emulation supplies its own versions of these three primitives.
 #pragma once
 #include "common.cuh"
 

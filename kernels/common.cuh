@@ -25,6 +25,9 @@ DEVI uint32_t ld_u32_a2(const uint8_t* p) {
 // may only read data no kernel of the step writes (weights, shapes); it must not write global
 // memory. After pdl_wait() every earlier kernel has finished and its writes are visible.
 // pdl_trigger() lets the next kernel launch once every block of this one has called it or exited.
+// Every kernel triggers after its own pdl_wait(), so before the wait only the previous kernel may
+// still run, except after the RoPE/cache write (qkv_rope.cu trigger_first), which triggers first:
+// the attention after it may run beside the projection too, and reads neither's output early.
 // Both are no-ops on older GPUs and when the launch did not carry the attribute.
 // Step trace (cuda/step_trace.rs, `POCKET_STEP_TRACE=1`; sm_90 only): the host sets pdl_trace
 // to a device buffer [count, stamps...] (0 = off) and block 0 of every kernel appends the

@@ -67,10 +67,11 @@
 
 // Non-zero (the default; the host sets it from POCKET_DELTANET_EARLY_STATE): the cluster forms
 // read the slot metadata, the state columns and the conv history before pdl_wait. Safe because
-// before the wait only the previous kernel of the stream may still run (every kernel of the
-// engine triggers its dependents after its own pdl_wait, so all earlier ones have finished), and
-// at decode that is a projection GEMV: the state and conv state are written by this kernel in
-// earlier steps, the metadata by host uploads.
+// before the wait only the previous kernel of the stream may still run (every kernel before it
+// triggers its dependents after its own pdl_wait, so all earlier ones have finished; common.cuh
+// names the one exception, which never precedes this kernel), and at decode that is a projection
+// GEMV: the state and conv state are written by this kernel in earlier steps, the metadata by
+// host uploads.
 __constant__ int fd_early_state;
 
 // One thread of the block arrives at the group's counter: returns the count before it. Release at
@@ -448,4 +449,5 @@ extern "C" __global__ void __launch_bounds__(512) deltanet_decode(DND_PARAMS, in
 }
 
 // The cluster variant (sm_90): a value head's columns over 2 or 4 blocks.
+#include "cluster.cuh"
 #include "deltanet_decode_cluster.cuh"

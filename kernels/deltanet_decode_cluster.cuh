@@ -54,42 +54,17 @@ template <int CS> struct FdcBa {
 // ones): the window of two channels per thread stays in 6 registers instead of 14.
 #define FDC_MAX_K 4
 
-// Cluster primitives: sm_90 instructions, used only where CS > 1 (deltanet_decode_c1, the
-// one-block form of this kernel, also builds for compute_75, where they are empty).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// This block's rank in its cluster.
-DEVI uint32_t fdc_rank_sm90() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-DEVI void fdc_arrive_sm90() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-// Arrival that orders nothing: only says this block has started (before any DSMEM access).
-DEVI void fdc_arrive_relaxed_sm90() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-DEVI void fdc_wait_sm90() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// Stores v at `p` (an address in this block's shared memory) in block `rank`'s shared memory.
-DEVI void fdc_store_sm90(float* p, uint32_t rank, float v) {
-    uint32_t a = (uint32_t)__cvta_generic_to_shared(p), ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
-}
-#else
-DEVI uint32_t fdc_rank_sm90() { return 0u; }
-DEVI void fdc_arrive_sm90() {}
-DEVI void fdc_arrive_relaxed_sm90() {}
-DEVI void fdc_wait_sm90() {}
-DEVI void fdc_store_sm90(float* p, uint32_t, float v) { *p = v; }
-#endif
-
-template <int CS> DEVI uint32_t fdc_rank() { return CS > 1 ? fdc_rank_sm90() : 0u; }
+// Cluster primitives (cluster.cuh), used only where CS > 1 (deltanet_decode_c1, the one-block
+// form of this kernel, also builds for compute_75, where they are empty).
+template <int CS> DEVI uint32_t fdc_rank() { return CS > 1 ? cluster_rank() : 0u; }
 template <int CS> DEVI void fdc_arrive() {
-    if constexpr (CS > 1) fdc_arrive_sm90();
+    if constexpr (CS > 1) cluster_arrive();
 }
 template <int CS> DEVI void fdc_arrive_relaxed() {
-    if constexpr (CS > 1) fdc_arrive_relaxed_sm90();
+    if constexpr (CS > 1) cluster_arrive_relaxed();
 }
 template <int CS> DEVI void fdc_wait() {
-    if constexpr (CS > 1) fdc_wait_sm90();
+    if constexpr (CS > 1) cluster_wait();
 }
 // Stores v at `p` in every block of the cluster (this one's shared memory when CS = 1: the
 // readers come after a __syncthreads there).
@@ -98,7 +73,7 @@ template <int CS> DEVI void fdc_push(float* p, float v) {
         *p = v;
     } else {
 #pragma unroll
-        for (uint32_t r = 0; r < (uint32_t)CS; r++) fdc_store_sm90(p, r, v);
+        for (uint32_t r = 0; r < (uint32_t)CS; r++) cluster_store(p, r, v);
     }
 }
 

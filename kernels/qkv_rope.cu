@@ -28,7 +28,18 @@ struct QkvRopeArgs {
     const float* k_norm;  // alike for the key heads
     float* gate_out;      // [n, heads, head_dim]: the gate half of each [query | gate] head; or null
     float q_eps, k_eps;
+    // Non-zero: let the next kernel (the attention) launch before waiting for the projection, so
+    // its blocks do their early work (attention_stage.cuh) beside the projection's tail. Safe
+    // because that kernel reads nothing this one or the projection writes before its own wait.
+    int trigger_first;
 };
+
+// Waits for the projection output; the dependents launch before (trigger_first) or after.
+DEVI void qkv_rope_wait(const QkvRopeArgs& a) {
+    if (a.trigger_first) pdl_trigger();
+    pdl_wait();  // the projection output, positions and slots come from earlier work
+    if (!a.trigger_first) pdl_trigger();
+}
 
 template <typename T> DEVI T cache_from_f32(float v);
 template <> DEVI float cache_from_f32<float>(float v) { return v; }
@@ -43,8 +54,7 @@ template <> DEVI bf16_bits cache_from_f32<bf16_bits>(float v) { return bf16_bits
 // (2j, 2j + 1). Consecutive threads read consecutive pairs of one head.
 template <typename T>
 __device__ void qkv_rope_kv_write(const QkvRopeArgs& a) {
-    pdl_wait();  // the projection output, positions and slots come from earlier work
-    pdl_trigger();
+    qkv_rope_wait(a);
     int hp = a.head_dim / 2, units = a.heads + 2 * a.kv_heads;
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t total = (size_t)a.n * units * hp;
@@ -177,8 +187,7 @@ __device__ void qkv_norm_rope_kv_write(const QkvRopeArgs& a) {
     float b0 = 0.f, b1 = 0.f, w0 = 0.f, w1 = 0.f;
     if (live && bias) b0 = bias[ea], b1 = bias[eb];
     if (live && nw) w0 = nw[ea], w1 = nw[eb];
-    pdl_wait();  // the projection output, positions and slots come from earlier work
-    pdl_trigger();
+    qkv_rope_wait(a);
     uint32_t p = is_v ? 0u : a.pos[tok];
     uint32_t slot = is_q ? 0u : a.slots[tok];
     const float* src;

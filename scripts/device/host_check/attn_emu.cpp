@@ -76,10 +76,10 @@ std::barrier<>* g_cluster;
 std::vector<std::unique_ptr<EmuBlock>>* g_cluster_blocks;
 thread_local uint32_t g_rank;
 #define ATD_CLUSTER 8
-inline uint32_t atc_rank() { return g_rank; }
-inline void atc_arrive() { g_cluster->arrive_and_wait(); }  // arrive + wait: one barrier phase
-inline void atc_wait() {}
-inline float atc_load(const float* p, uint32_t rank) {
+inline uint32_t cluster_rank() { return g_rank; }
+inline void cluster_arrive() { g_cluster->arrive_and_wait(); }  // arrive + wait: one barrier phase
+inline void cluster_wait() {}
+inline float cluster_load(const float* p, uint32_t rank) {
     ptrdiff_t off = (const char*)p - (const char*)g_blk->smem;
     return *(const float*)((const char*)(*g_cluster_blocks)[rank]->smem + off);
 }

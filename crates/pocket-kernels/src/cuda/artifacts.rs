@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "81be2b62326e25ccd83d90c37959cdd329edda1f963cb439b0e51fe095aade71";
+    "222f575209309f16aecca779822675b62081efe035db5ccf41b79a766752ff27";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,6 +4,7 @@
 //! decode step stays graph-capturable).
 
 use super::kernels::{CacheType, Kernel};
+use super::switch::EnvSwitch;
 use super::CudaBackend;
 use crate::error::shape_err;
 use crate::qkv_rope::{check_extras, plan, QkNorm, QkvBias, QkvRopeParams, QkvSource, OP};
@@ -43,6 +44,14 @@ struct QkvRopeArgs {
     gate_out: u64,
     q_eps: f32,
     k_eps: f32,
+    trigger_first: i32,
+}
+
+/// Whether the RoPE/cache-write kernel lets the attention launch before it waits for the
+/// projection (`POCKET_ROPE_EARLY=0` turns it off: the attention launches after that wait).
+fn trigger_first() -> bool {
+    static ON: EnvSwitch = EnvSwitch::on_unless_zero("POCKET_ROPE_EARLY");
+    ON.on()
 }
 
 /// Threads per block.
@@ -137,6 +146,7 @@ pub(crate) fn qkv_norm_rope_kv_write(
         gate_out: gate,
         q_eps: np[0].1,
         k_eps: np[1].1,
+        trigger_first: trigger_first() as i32,
     };
     if plan.n == 0 {
         return Ok(());
