@@ -6,13 +6,13 @@
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
-# name | kernel file | text | replacement | emulation (with arguments)
+# name | kernel file | text | replacement | emulation (with arguments); no field may hold a '|'
 FAULTS=(
   "radix passes ignore the digits found|sample_cut.cuh|const bool in = ok && key_of(v, key) && (key & mask) == prefix;|const bool in = ok && key_of(v, key);|sample_emu.sh"
   "a weight set taken without k candidates|sample.cu|const bool holds = kk > 0 ? c >= (float)kk :|const bool holds = kk > 0 ? true :|sample_emu.sh"
   "one-row GEMV skips a slot's last refill|fp8_row.cuh|if (cn < nch) row1_load_chunk|if (cn + 32 < nch) row1_load_chunk|gemv_emu.sh small"
   "cluster merge drops rank 0's sum|attention_cluster.cuh|            L += l[r] * w;|            if (r > 0) L += l[r] * w;|run.sh"
-  "decode attention stages the new key before the wait|attention.cu|if (j >= k_end || j >= pos) break;|if (j >= k_end) break;|run.sh"
+  "decode attention stages the new key before the wait|attention.cu|j >= pos) break;|j > pos) break;|run.sh"
   "staged keys read back from the wrong slot|attention.cu|kr[u].r = stage[(2 * (i0 + u)) * NT + tid];|kr[u].r = stage[(2 * (i0 + u) + 1) * NT + tid];|run.sh"
 )
 bad=0
