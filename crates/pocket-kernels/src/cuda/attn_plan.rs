@@ -180,26 +180,24 @@ const STAGE_VALUES: [usize; 5] = [0, 4, 8, 12, STAGE_MAX_KEYS];
 /// [`STAGE_VALUES`], default 12: the 96 keys of a head_dim-128 split, 48 KiB per block; 0
 /// reads every key after the wait, as before), or [`CudaBackend::set_attn_stage`].
 static ATTN_STAGE: EnvChoice<usize> = EnvChoice::new("POCKET_ATTN_STAGE", &STAGE_VALUES, |v| {
-    let n = v.and_then(|v| v.parse::<usize>().ok()).unwrap_or(12);
+    stage_value(v.and_then(|v| v.parse::<usize>().ok()).unwrap_or(12))
+});
+
+/// `n` rounded down to one of [`STAGE_VALUES`].
+fn stage_value(n: usize) -> usize {
     STAGE_VALUES
         .into_iter()
         .rev()
         .find(|&s| s <= n)
         .unwrap_or(0)
-});
+}
 
 impl CudaBackend {
     /// Most keys per lane group the decode attention stages before its wait (rounded down to
     /// 0, 4, 8, 12 or 16); `None` goes back to `POCKET_ATTN_STAGE`. Process-wide, for A/B
     /// benchmarks and tests: staged or not, the results are the same bits.
     pub fn set_attn_stage(&self, keys: Option<usize>) {
-        ATTN_STAGE.set(keys.map(|n| {
-            STAGE_VALUES
-                .into_iter()
-                .rev()
-                .find(|&s| s <= n)
-                .unwrap_or(0)
-        }));
+        ATTN_STAGE.set(keys.map(stage_value));
     }
 }
 
@@ -221,7 +219,38 @@ pub(super) fn stage_keys(
     if !half_cache || be.artifact() != Artifact::Sm90Cubin {
         return 0;
     }
+    keys_per_lane_group(hd, keys, splits).min(ATTN_STAGE.get())
+}
+
+/// Keys a lane group of a 128-thread decode block (head_dim / 8 lanes) walks at most in one split
+/// of `splits` under a context bound of `keys`, the split being at least [`DECODE_MIN_KEYS`].
+fn keys_per_lane_group(hd: usize, keys: usize, splits: usize) -> usize {
     let lane_groups = 128 / (hd / 8);
     let per_split = keys.div_ceil(splits.max(1)).max(DECODE_MIN_KEYS);
-    per_split.div_ceil(lane_groups).min(ATTN_STAGE.get())
+    per_split.div_ceil(lane_groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_settings_round_down_to_the_built_sizes() {
+        assert_eq!(
+            [0, 3, 4, 11, 12, 15, 16, 99].map(stage_value),
+            [0, 0, 4, 8, 12, 12, 16, 16]
+        );
+    }
+
+    #[test]
+    fn a_split_is_walked_by_every_lane_group_alike() {
+        // 8B: head_dim 128 (8 lane groups), the cluster's 8 splits of a 1024-key bound: 128 keys
+        // a split, 16 a group; at 640 keys 80 a split, 10 a group.
+        assert_eq!(keys_per_lane_group(128, 1024, 8), 16);
+        assert_eq!(keys_per_lane_group(128, 640, 8), 10);
+        // head_dim 64 (16 groups) with many splits: the 32-key minimum split decides.
+        assert_eq!(keys_per_lane_group(64, 640, 26), 2);
+        // head_dim 256 (4 groups), 16 splits of 16384 keys: 1024 a split.
+        assert_eq!(keys_per_lane_group(256, 16384, 16), 256);
+    }
 }
