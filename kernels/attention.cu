@@ -163,9 +163,11 @@ __device__ void attention(const AttnArgs& a) {
     }
 }
 
-// q, the caches and the batch metadata are all written by earlier kernels of the step, so there is
-// nothing to prefetch before pdl_wait(); the trigger lets the next kernel (the combine or the
-// output projection) get scheduled while this one runs, and its own pdl_wait() keeps it correct.
+// q and the newest cache rows are the previous kernels' output, so this kernel (the generic and
+// prefill-shaped path) prefetches nothing before pdl_wait() (the decode kernel below does: its
+// metadata and older keys, attention_stage.cuh); the trigger lets the next kernel (the combine or
+// the output projection) get scheduled while this one runs, and its own pdl_wait() keeps it
+// correct.
 #define DEF_ATTN(name, T)                                                                          \
     extern "C" __global__ void __launch_bounds__(128) attn_##name(AttnArgs a) {                   \
         pdl_wait();                                                                                \

@@ -31,8 +31,8 @@ a = open(f"{root}/kernels/attention.cu").read()
 args = a[a.index("struct AttnArgs {"):a.index("template <typename T>\n__device__ void attention(")]
 dec = a[a.index("#define ATD_THREADS 128"):a.index("#define DEF_ATTN_DECODE")]
 # The cluster merge (attention_cluster.cuh, sm_90 code): its merge function runs on attn_emu.cpp's
-# cluster primitives (cluster.cuh's, emulated), shared memory comes per block from the emulation, and the
-# merge call in the kernel is taken as on sm_90.
+# emulation of cluster.cuh's primitives, shared memory comes per block from the emulation, and
+# the merge call in the kernel is taken as on sm_90.
 inc = '#include "attention_cluster.cuh"\n'
 assert inc in dec, "attn_emu: cluster include not found"
 cl = open(f"{root}/kernels/attention_cluster.cuh").read()

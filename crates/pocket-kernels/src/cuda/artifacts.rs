@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "222f575209309f16aecca779822675b62081efe035db5ccf41b79a766752ff27";
+    "5411d5a831df2cc8290bf2953b3bf3d47dbebbcbb3562d7c9caf080aaf959af4";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

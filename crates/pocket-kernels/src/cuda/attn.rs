@@ -4,14 +4,13 @@
 use super::attn_plan::{
     choose_decode_splits, choose_splits, cluster_merge, decode_head_split, decode_kernel,
     fused_q8_output, short_iter_keys, stage_keys, DecodeKernel, CLUSTER_SPLITS, DECODE_MIN_KEYS,
-    HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS, STAGE_BYTES_PER_KEY, STAGE_MAX_KEYS,
+    HEAD_SPLIT_MAX_KEYS, SHORT_MAX_ITERS, STAGE_BYTES_PER_KEY,
 };
 use super::kernels::{CacheType, Kernel};
 use super::switch::EnvSwitch;
 use super::{CudaBackend, Scratch};
 use crate::error::shape_err;
 use crate::{AttentionMeta, AttentionParams, DType, KernelError, Result, Tensor};
-use cudarc::driver::sys::CUfunction_attribute;
 
 /// Kernel argument block of `attn_*` (mirrors `AttnArgs` in kernels/attention.cu).
 #[repr(C)]
@@ -392,20 +391,6 @@ fn attention_impl(
         };
         let half = matches!(ct, CacheType::F16 | CacheType::BF16);
         let stage = stage_keys(be, half, hd, keys, splits);
-        // The staging area is dynamic shared memory beyond the 48 KiB default: opt in at the
-        // largest size any launch asks for (one value, so the attribute never changes).
-        let stage = if stage > 0 {
-            let f = be.kernels.get(kernel)?;
-            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-            let most = (STAGE_MAX_KEYS * STAGE_BYTES_PER_KEY) as i32;
-            if f.set_attribute(attr, most).is_ok() {
-                stage
-            } else {
-                0
-            }
-        } else {
-            0
-        };
         let args = AttnArgs {
             stage_keys: stage as i32,
             ..args

@@ -1,9 +1,10 @@
 //! How a paged-attention launch is shaped: the decode kernel or the generic one, key splits,
 //! query heads per block, and whether the decode splits merge inside a thread-block cluster.
 
-use super::kernels::Artifact;
+use super::kernels::{Artifact, CacheType, Kernel, KernelTable};
 use super::switch::{EnvChoice, EnvSwitch};
 use super::CudaBackend;
+use cudarc::driver::sys::CUfunction_attribute;
 
 /// Decode attention kernel chosen by `POCKET_ATTN` (read once): `generic` sends decode to the
 /// per-head kernel, kept for same-run comparison.
@@ -205,10 +206,36 @@ impl CudaBackend {
 /// block's 128 threads).
 pub(super) const STAGE_BYTES_PER_KEY: usize = 2 * 128 * 16;
 
+/// Lets every decode attention kernel of a 16-bit cache take the staging area at its largest
+/// ([`STAGE_MAX_KEYS`]) as dynamic shared memory, beyond the 48 KiB default; once, at open, and
+/// only on the sm_90 cubin (no PDL elsewhere: nothing to overlap). False if any refuses (a GPU
+/// with less shared memory per block): then no launch stages.
+pub(super) fn opt_in_stage_smem(kernels: &KernelTable) -> bool {
+    if kernels.artifact != Artifact::Sm90Cubin {
+        return false;
+    }
+    let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    let most = (STAGE_MAX_KEYS * STAGE_BYTES_PER_KEY) as i32;
+    [CacheType::F16, CacheType::BF16]
+        .into_iter()
+        .flat_map(|c| {
+            [
+                Kernel::AttnDecode(c, false),
+                Kernel::AttnDecode(c, true),
+                Kernel::AttnDecodeCluster(c),
+            ]
+        })
+        .all(|k| {
+            kernels
+                .get(k)
+                .is_ok_and(|f| f.set_attribute(attr, most).is_ok())
+        })
+}
+
 /// Keys per lane group a decode launch stages (`stage_keys` of AttnArgs): enough for a split's
 /// share under the context bound `keys` (at least [`DECODE_MIN_KEYS`] per split, as the kernel's
 /// `dec_splits` may give), at most [`ATTN_STAGE`]; 0 for f32 caches (the copies are 16-byte rows
-/// of 16-bit values) and off the sm_90 cubin (no PDL there: nothing to overlap).
+/// of 16-bit values) and where [`opt_in_stage_smem`] did not succeed.
 pub(super) fn stage_keys(
     be: &CudaBackend,
     half_cache: bool,
@@ -216,7 +243,7 @@ pub(super) fn stage_keys(
     keys: usize,
     splits: usize,
 ) -> usize {
-    if !half_cache || be.artifact() != Artifact::Sm90Cubin {
+    if !half_cache || !be.attn_stage_smem {
         return 0;
     }
     keys_per_lane_group(hd, keys, splits).min(ATTN_STAGE.get())

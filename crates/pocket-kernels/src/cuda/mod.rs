@@ -128,6 +128,8 @@ pub struct CudaBackend {
     rms_fold: Mutex<Option<rms_fold::PendingFold>>,
     /// The step trace's stamp buffer and capture names (`POCKET_STEP_TRACE=1`).
     trace: Option<Arc<step_trace::StepTrace>>,
+    /// The decode attention kernels may stage keys (`attn_plan::opt_in_stage_smem`).
+    attn_stage_smem: bool,
 }
 
 /// Which GEMVs trigger their dependent launch early (kernels/common.cuh `pdl_early`). Early
@@ -253,6 +255,7 @@ impl CudaBackend {
         } else {
             None
         };
+        let attn_stage_smem = attn_plan::opt_in_stage_smem(&kernels);
         let be = CudaBackend {
             name: format!("cuda:{ordinal} {gpu} (sm_{}{})", cc.0, cc.1),
             ctx,
@@ -271,6 +274,7 @@ impl CudaBackend {
             pdl_supported,
             rms_fold: Mutex::new(None),
             trace,
+            attn_stage_smem,
         };
         be.set_pdl_early(PDL_EARLY.get())?;
         Ok(be)
