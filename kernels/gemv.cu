@@ -27,7 +27,6 @@
 #include "common.cuh"
 #include "dot_q8.cuh"
 #include "dot_formats.cuh"
-#include "swiglu_cluster.cuh"
 
 #define GEMV_MAX_N 8
 #define GEMV_WARPS 4
@@ -220,16 +219,6 @@ FOR_EACH_Q8(DEF_GEMV_Q8)
     }
 FOR_EACH_Q8(DEF_GEMV_Q8W)
 
-// The SW form's activation view: the cluster's SwiGLU quantization (swiglu_cluster.cuh) of the
-// format's kind, in clusters of C blocks.
-template <typename D, int C> DEVI Q8Act gemv_swiglu_act(const SwigluIn& sw, int cols) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return swiglu_q8_cluster<C, ActK<D>::value>(sw, cols);
-#else
-    return Q8Act{nullptr, nullptr, nullptr};  // never launched: the kernels are sm_90 only
-#endif
-}
-
 // ---- several rows per block, K split over the block (the n = 1 default) ------------------------
 // Block = GEMVR_THREADS threads over GEMVR_ROWS weight rows. Every thread takes work items
 // tid, tid + GEMVR_THREADS, ... of all the block's rows, so the activation it loads serves
@@ -241,12 +230,10 @@ template <typename D, int C> DEVI Q8Act gemv_swiglu_act(const SwigluIn& sw, int 
 
 // R rows per block (GEMVR_ROWS, or 1 for gemv_q8r1), PF work items per thread and row per pass.
 // MINB: the blocks per SM the kernel's __launch_bounds__ guarantee (common.cuh pdl_is_early).
-// SW (sm_90 only): clusters of SW blocks; the activation is the SwiGLU of `sw.gu`, quantized by
-// the cluster after the wait (swiglu_cluster.cuh); xq / xd / xs are then unused.
-template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int MINB = 0, int SW = 0>
+template <typename D, int T, int R = GEMVR_ROWS, int PF = D::PF, int MINB = 0>
 __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict__ xq,
                          const float* __restrict__ xd, const float* __restrict__ xs,
-                         float* __restrict__ out, int rows, int cols, SwigluIn sw = {}) {
+                         float* __restrict__ out, int rows, int cols) {
     using F = typename D::Fmt;
     __shared__ float part[T / 32][R];
     int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -274,7 +261,6 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
         if (!waited) {
             pdl_wait();
             pdl_trigger_early<MINB>();
-            if constexpr (SW > 0) a = gemv_swiglu_act<D, SW>(sw, cols);
             waited = true;
         }
 #pragma unroll
@@ -289,7 +275,6 @@ __device__ void gemv_q8r(const uint8_t* __restrict__ w, const int8_t* __restrict
     if (!waited) {
         pdl_wait();
         pdl_trigger_early<MINB>();
-        if constexpr (SW > 0) gemv_swiglu_act<D, SW>(sw, cols);  // the cluster barrier needs every block
     }
     pdl_trigger_late<MINB>();
 #pragma unroll
@@ -324,27 +309,6 @@ template <> struct Q8rMinBlocks<DotQ4_K> { static constexpr int value = 8; };
             w, xq, xd, xs, out, rows, cols);                                                   \
     }
 FOR_EACH_Q8(DEF_GEMV_Q8R)
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// gemv_q8r_swiglu<C>_<fmt>: gemv_q8r_<fmt> as the down projection of a one-row SwiGLU MLP,
-// reading the [gate | up] row `gu` and quantizing silu(g) * u itself (swiglu_cluster.cuh), in
-// clusters of C blocks (sm_90 cubin only; grid a multiple of C, cols a multiple of 256, `act`
-// grid / C regions of `region` bytes). The formats with a fused form (gemv_q8s_*).
-#define DEF_GEMV_Q8R_SWIGLU(name, D, C)                                                        \
-    extern "C" __global__ void __cluster_dims__(C, 1, 1)                                       \
-        __launch_bounds__(GEMVR_THREADS, Q8rMinBlocks<D>::value) gemv_q8r_swiglu##C##_##name( \
-            const uint8_t* w, const float* gu, float* h, int8_t* act, int region, float* out,  \
-            int rows, int cols) {                                                              \
-        gemv_q8r<D, GEMVR_THREADS, GEMVR_ROWS, D::PF, Q8rMinBlocks<D>::value, C>(              \
-            w, nullptr, nullptr, nullptr, out, rows, cols, SwigluIn{gu, h, act, region});      \
-    }
-#define DEF_GEMV_Q8R_SWIGLU_C(name, D) DEF_GEMV_Q8R_SWIGLU(name, D, 4) DEF_GEMV_Q8R_SWIGLU(name, D, 8)
-DEF_GEMV_Q8R_SWIGLU_C(q4_0, DotQ4_0)
-DEF_GEMV_Q8R_SWIGLU_C(q4_1, DotQ4_1)
-DEF_GEMV_Q8R_SWIGLU_C(q8_0, DotQ8_0)
-DEF_GEMV_Q8R_SWIGLU_C(q4_k, DotQ4_K)
-DEF_GEMV_Q8R_SWIGLU_C(q6_k, DotQ6_K)
-#endif
 
 // gemv_q8r64_<fmt>: the same with 64-thread blocks, for rows that fit one loop pass of 64 x PF
 // work items (Q4_0/Q4_1 at 4096 columns: 2 items per thread per row instead of 1 of 2, so all of

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "a2949220926ca2949c508c52688740457be174b85f629e75820e7254a09ccb47";
+    "5411d5a831df2cc8290bf2953b3bf3d47dbebbcbb3562d7c9caf080aaf959af4";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -200,7 +200,7 @@ impl Backend for CudaBackend {
             .bind_to_thread()
             .map_err(|e| cuda_err("synchronize", e))?;
         // A pending folded norm (cuda/rms_fold.rs) runs first, so everything queued is done.
-        self.flush_pending()?;
+        super::rms_fold::flush(self)?;
         self.stream
             .synchronize()
             .map_err(|e| cuda_err("synchronize", e))
@@ -466,14 +466,11 @@ impl Backend for CudaBackend {
         out: &mut Tensor,
     ) -> Result<()> {
         // One row of FP8 weights: gemv_fp8_silu, one launch (`POCKET_GATE_UP_FUSED=0`: off).
-        // One row of dp4a weights: the SwiGLU left to the down GEMV (`POCKET_SWIGLU_DOWN=0`: off).
         if super::gate_up_fp8::gate_up_fused_applies(x, w) {
             super::gate_up_fp8::gate_up_silu(self, x, w, out, None)?;
         } else {
             self.matmul(x, w, gate_up)?;
-            if !super::swiglu_down::defer(self, gate_up, out)? {
-                self.silu_mul_halves(gate_up, out)?;
-            }
+            self.silu_mul_halves(gate_up, out)?;
         }
         Ok(())
     }

@@ -53,7 +53,7 @@ impl CudaBackend {
     pub fn begin_capture(&self) -> Result<()> {
         self.invalidate_q8();
         // An eager op's pending folded norm runs now, not inside the graph.
-        self.flush_pending()?;
+        super::rms_fold::flush(self)?;
         self.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(|e| cuda_err("begin_capture", e))?;
@@ -69,7 +69,7 @@ impl CudaBackend {
         self.invalidate_q8();
         // A folded norm still pending is part of the captured step (a failure here still ends
         // the capture below).
-        let flushed = self.flush_pending();
+        let flushed = super::rms_fold::flush(self);
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         // Closed whatever the outcome; without a graph nothing captured will run, so the blocks
         // freed meanwhile go straight back to the cache when `freed` drops.

@@ -301,10 +301,6 @@ pub enum Kernel {
     GemvQ8Rows(Q8Gemv),
     /// One activation row, quantized per block into shared memory (no separate quantize launch).
     GemvQ8Fused(Q8Gemv),
-    /// [`Kernel::GemvQ8Rows`] as the down projection of a one-row SwiGLU MLP, computing and
-    /// quantizing silu(g) * u in thread-block clusters of 8 (`true`) or 4 blocks (sm_90 cubin
-    /// only; cuda/swiglu_down.rs).
-    GemvQ8Swiglu(Q8Gemv, bool),
     /// One activation row of F16 (`false`) or BF16 (`true`) weights, the columns split over the
     /// block: one row per 256-thread block (`false`) or four per 128-thread block (`true`).
     GemvHalf(bool, bool),
@@ -463,8 +459,6 @@ impl Kernel {
             Kernel::GemvQ8(f, Rows::UpTo8) => (M::Gemv, q8_table!(f, "gemv_q8_", "_n8")),
             Kernel::GemvQ8Rows(f) => (M::Gemv, q8_table!(f, "gemv_q8r_", "")),
             Kernel::GemvQ8Fused(f) => (M::Gemv, q8_table!(f, "gemv_q8s_", "")),
-            Kernel::GemvQ8Swiglu(f, true) => (M::Gemv, q8_table!(f, "gemv_q8r_swiglu8_", "")),
-            Kernel::GemvQ8Swiglu(f, false) => (M::Gemv, q8_table!(f, "gemv_q8r_swiglu4_", "")),
             Kernel::GemvHalf(bf16, r4) => (M::Gemv, super::matmul::half_gemv_symbol(bf16, r4)),
             Kernel::GemvQ8Rows64(f) => (M::Gemv, q8_table!(f, "gemv_q8r64_", "")),
             Kernel::GemvQ8Warp(f) => (M::Gemv, q8_table!(f, "gemv_q8w_", "")),

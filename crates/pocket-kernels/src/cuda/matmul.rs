@@ -275,32 +275,6 @@ fn gemv(
                 args![w, x, out, rows as i32, cols as i32],
             ),
         Some(q) => {
-            // The down projection of a pending SwiGLU (swiglu_down.rs) quantizes it itself;
-            // another GEMV over it has it written out (with its int8 row) before the locks below.
-            if m == 1 && !warp_per_row() {
-                let chosen = q8_one_row(q, rows, cols).0;
-                let pending = super::swiglu_down::take_for_down(be, x, q, chosen, (rows, cols))?;
-                if let Some(f) = pending {
-                    be.invalidate_q8(); // the q8 scratch holds no quantization of `act`
-                    return be.launch(
-                        OP,
-                        f.kernel,
-                        (f.blocks, 1, 1),
-                        f.threads,
-                        args![
-                            w,
-                            f.gate_up,
-                            f.act,
-                            f.scratch,
-                            f.region,
-                            out,
-                            rows as i32,
-                            cols as i32
-                        ],
-                    );
-                }
-            }
-            super::swiglu_down::flush_quantized(be)?;
             // Quantize the activations once, then every weight row meets them in dp4a. The
             // quantization is reused by the next GEMV over the same input (see `q8_cache`).
             let mut scratch = be

@@ -43,7 +43,6 @@ mod rms_fold;
 mod sample;
 mod split;
 mod step_trace;
-mod swiglu_down;
 mod switch;
 mod transfer;
 
@@ -79,8 +78,6 @@ pub(crate) struct Scratch {
     pub deltanet_counters: Option<CudaStorage>,
     /// The folded norm's x * g row and per-block sums of squares (cuda/rms_fold.rs).
     pub rms_fold: Option<CudaStorage>,
-    /// The fused down projection's per-cluster int8 rows (cuda/swiglu_down.rs).
-    pub swiglu: Option<CudaStorage>,
 }
 
 impl Scratch {
@@ -129,8 +126,6 @@ pub struct CudaBackend {
     pdl_supported: bool,
     /// A folded norm whose output is not written yet (`rms_fold`).
     rms_fold: Mutex<Option<rms_fold::PendingFold>>,
-    /// A SwiGLU whose output is not written yet (`swiglu_down`).
-    swiglu: Mutex<Option<swiglu_down::PendingSwiglu>>,
     /// The step trace's stamp buffer and capture names (`POCKET_STEP_TRACE=1`).
     trace: Option<Arc<step_trace::StepTrace>>,
     /// The decode attention kernels may stage keys (`attn_plan::opt_in_stage_smem`).
@@ -278,7 +273,6 @@ impl CudaBackend {
             pdl: std::sync::atomic::AtomicBool::new(pdl_supported && PDL_ENV.on()),
             pdl_supported,
             rms_fold: Mutex::new(None),
-            swiglu: Mutex::new(None),
             trace,
             attn_stage_smem,
         };
@@ -338,13 +332,6 @@ impl CudaBackend {
     }
 
     /// Forgets the cached activation quantization (see `q8_cache`).
-    /// Writes out what a deferred op left pending (a SwiGLU, swiglu_down.rs; a folded norm,
-    /// rms_fold.rs) before anything else may read it.
-    pub(crate) fn flush_pending(&self) -> Result<()> {
-        swiglu_down::flush(self)?;
-        rms_fold::flush(self)
-    }
-
     pub(crate) fn invalidate_q8(&self) {
         if let Ok(mut c) = self.q8_cache.lock() {
             *c = None;
@@ -475,8 +462,8 @@ impl CudaBackend {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(()); // nothing to do (empty batch)
         }
-        // A pending op's output first: this kernel may read it.
-        self.flush_pending()?;
+        // A pending folded norm's output first: this kernel may read it.
+        rms_fold::flush(self)?;
         let (func, pdl_aware): (CudaFunction, bool) = self.kernels.get_launch(k)?;
         if let (true, Some(t)) = (pdl_aware, &self.trace) {
             t.note_launch(k.symbol().1, grid);

@@ -82,29 +82,14 @@ pub(crate) fn silu_mul_halves(be: &CudaBackend, x: &Tensor, out: &mut Tensor) ->
     }
     let xp = be.ptr_of(OP, "x", x, DType::F32)?;
     let op = be.ptr_of(OP, "out", out, DType::F32)?;
-    silu_mul_halves_at(be, xp, op, rows, d, true)
-}
-
-/// [`silu_mul_halves`] of `rows` rows at device addresses (x: `rows x 2d` floats, out: `rows x
-/// d`), shapes already checked: also the pending SwiGLU's write-out (swiglu_down.rs), which
-/// passes `quantize = false` where it may not take the scratch lock.
-pub(crate) fn silu_mul_halves_at(
-    be: &CudaBackend,
-    xp: u64,
-    op: u64,
-    rows: usize,
-    d: usize,
-    quantize: bool,
-) -> Result<()> {
-    const OP: &str = "silu_mul_halves";
-    let total = rows * d;
+    let total = out.numel();
     if total == 0 {
         return Ok(());
     }
     let di = int(OP, d)?;
     // Decode: also quantize the output for the down GEMV (as silu_mul does), where the GEMV can
     // use it (a multiple of 32 columns, at most GEMV_MAX_ROWS rows).
-    if quantize && rows <= GEMV_MAX_ROWS && d.is_multiple_of(32) {
+    if rows <= GEMV_MAX_ROWS && d.is_multiple_of(32) {
         if let Some(b) = norm_q8_scratch(be, OP, op, rows, d)? {
             let total32 = total / 32;
             // One warp per 256 outputs; two warps per block spread them over more SMs.

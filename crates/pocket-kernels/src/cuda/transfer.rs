@@ -20,7 +20,7 @@ impl CudaBackend {
 
     pub(super) fn read_bytes(&self, op: &'static str, ptr: u64, len: usize) -> Result<Vec<u8>> {
         // A pending folded norm may be what is read.
-        self.flush_pending()?;
+        super::rms_fold::flush(self)?;
         let mut out = vec![0u8; len];
         if len > 0 {
             self.ctx.bind_to_thread().map_err(|e| cuda_err(op, e))?;
@@ -51,7 +51,7 @@ impl CudaBackend {
         }
         let ptr = self.ptr(op, "dst", dst)?;
         // A pending folded norm's write must not land after (over) this one.
-        self.flush_pending()?;
+        super::rms_fold::flush(self)?;
         if n > dst.capacity() {
             return Err(shape_err(
                 op,
