@@ -157,3 +157,132 @@ extern "C" __global__ void __launch_bounds__(256) probe_read_stream(const uint4*
     }
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
+
+// ---- A persistent stream through a shared-memory ring (session 19) ----------------------------
+// probe_ring_stream(w, bounds, phases, stage_bytes, stages, mode, bar, sums): one block per SM
+// reads its share of every phase of w in order (phase p is the 16-byte words [bounds[p],
+// bounds[p + 1]) of w, split evenly over the grid) through a ring of `stages` shared-memory
+// stages of `stage_bytes`, each filled by one `cp.async.bulk` that completes on the stage's
+// mbarrier, and sums the words it reads into sums[block] (wrapping u32; the test checks that every
+// word was read once). No arithmetic beyond the sum: the memory system's and the ring's time
+// for the byte stream a persistent decode layer would read (docs/architecture/persistent-decode.md).
+//  mode bit 0: a grid barrier between phases, where a GEMV phase waits for the previous one's
+//              output;
+//  mode bit 1: the ring's loads run ahead across that barrier (the next phase's first bytes are
+//              in flight while the block waits), else they start after it.
+// Launch: gridDim.x <= the SMs (every block resident: the barrier), RING_THREADS threads,
+// stages * stage_bytes bytes of dynamic shared memory, stage_bytes a multiple of 16, stages <=
+// RING_MAX_STAGES. sm_90 only (the bulk copies); elsewhere it writes nothing.
+#define RING_THREADS 256
+#define RING_MAX_STAGES 16
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+DEVI void ring_issue(uint32_t dst, const void* src, uint32_t bytes, uint32_t mbar) {
+    // The stage's previous contents were read through the generic proxy; order those reads
+    // before the async proxy's write.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mbar), "r"(bytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+            "r"(dst),
+        "l"(src), "r"(bytes), "r"(mbar)
+        : "memory");
+}
+
+DEVI void ring_wait(uint32_t mbar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(mbar), "r"(parity) : "memory");
+    }
+}
+
+DEVI unsigned warp_sum_u32(unsigned v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// This block's words [begin, end) of phase p.
+DEVI void ring_share(const unsigned* bounds, int p, long long& begin, long long& end) {
+    const long long lo = bounds[p], n = (long long)bounds[p + 1] - lo;
+    const long long per = (n + gridDim.x - 1) / gridDim.x;
+    begin = lo + min(n, per * blockIdx.x);
+    end = lo + min(n, per * (blockIdx.x + 1));
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
+    probe_ring_stream(const uint4* w, const unsigned* bounds, int phases, int stage_bytes,
+                      int stages, int mode, unsigned* bar, unsigned* sums) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint4 ring[];
+    __shared__ __align__(8) uint64_t full[RING_MAX_STAGES];
+    const int tid = threadIdx.x;
+    const long long stage_words = stage_bytes / 16;
+    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+    const uint32_t full0 = (uint32_t)__cvta_generic_to_shared(full);
+    if (tid == 0) {
+        for (int s = 0; s < stages; s++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full0 + 8 * s) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    // The producer (thread 0): the next chunk to load (phase pp, word poff of [.., pend)) and the
+    // number of chunks issued; every thread counts the chunks consumed.
+    int pp = 0;
+    long long poff = 0, pend = 0;
+    long long issued = 0, consumed = 0;
+    if (tid == 0) ring_share(bounds, 0, poff, pend);
+    // Issues chunks while a stage is free and the next chunk's phase may start (`limit`).
+    auto refill = [&](int limit) {
+        while (issued - consumed < stages) {
+            while (poff >= pend && pp < phases) {
+                if (++pp < phases) ring_share(bounds, pp, poff, pend);
+            }
+            if (pp >= phases || pp > limit) return;
+            const long long n = min(stage_words, pend - poff);
+            const int s = (int)(issued % stages);
+            ring_issue(ring0 + (uint32_t)(s * stage_bytes), w + poff, (uint32_t)(n * 16),
+                       full0 + 8 * s);
+            poff += n;
+            issued++;
+        }
+    };
+    const bool ahead = mode & 2;
+    if (tid == 0) refill(ahead ? phases : 0);
+    unsigned acc = 0u;
+    for (int p = 0; p < phases; p++) {
+        if (p > 0) {
+            if (mode & 1) grid_barrier(bar);
+            if (tid == 0 && !ahead) refill(p);
+        }
+        long long begin, end;
+        ring_share(bounds, p, begin, end);
+        for (long long off = begin; off < end; off += stage_words) {
+            const long long n = min(stage_words, end - off);
+            const int s = (int)(consumed % stages);
+            ring_wait(full0 + 8 * s, (uint32_t)((consumed / stages) & 1));
+            const uint4* st = ring + s * stage_words;
+            for (long long i = tid; i < n; i += RING_THREADS) {
+                const uint4 v = st[i];
+                acc += v.x + v.y + v.z + v.w;
+            }
+            __syncthreads();  // every thread is done with stage s
+            consumed++;
+            if (tid == 0) refill(ahead ? phases : p);
+        }
+    }
+    acc = warp_sum_u32(acc);
+    __shared__ unsigned part[RING_THREADS / 32];
+    if ((tid & 31) == 0) part[tid / 32] = acc;
+    __syncthreads();
+    if (tid == 0) {
+        unsigned t = 0u;
+        for (int i = 0; i < RING_THREADS / 32; i++) t += part[i];
+        sums[blockIdx.x] = t;
+    }
+#endif
+}

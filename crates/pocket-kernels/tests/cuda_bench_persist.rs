@@ -223,3 +223,115 @@ fn bench_fp8_read_ceiling() {
         }
     }
 }
+
+/// Bytes of the synthetic Llama-3-8B Q4_0 layer's four weights in decode order (QKV 6144x4096,
+/// o 4096x4096, gate|up 28672x4096, down 4096x14336; 18 bytes per 32 weights).
+const Q4_0_8B_LAYER: [usize; 4] = [
+    6144 * 4096 / 32 * 18,
+    4096 * 4096 / 32 * 18,
+    28672 * 4096 / 32 * 18,
+    4096 * 14336 / 32 * 18,
+];
+
+/// Phase limits in 16-byte words from phase sizes in bytes (each a multiple of 16).
+fn word_bounds(sizes: &[usize]) -> Vec<u32> {
+    let mut b = vec![0u32];
+    for s in sizes {
+        assert!(s.is_multiple_of(16), "phase of {s} bytes");
+        b.push(b.last().unwrap() + u32::try_from(s / 16).unwrap());
+    }
+    b
+}
+
+/// Ring shapes measured: (bytes per stage, stages).
+const RINGS: [(usize, usize); 3] = [(49152, 4), (32768, 6), (16384, 12)];
+
+/// The byte stream a persistent decode layer would read (docs/architecture/persistent-decode.md,
+/// session 19): `probe_ring_stream` over the 8B Q4_0 layer's four weights x 32 layers (3.9 GB),
+/// each block's share read through a shared-memory ring fed by bulk copies, against the same
+/// bytes as one phase (no barriers). Look for: whether the stream keeps near the copy bandwidth
+/// with a grid barrier between every two GEMV-sized phases when the ring's loads run on across
+/// the barriers (`ahead`), i.e. whether a persistent layer could hide its boundaries at all. The
+/// launched GEMV-only step (session 19, call 1) took 40.0 us per layer against 28.7 at 4.26 TB/s.
+/// First, every mode on small odd phases: each word read exactly once (the sums).
+#[test]
+#[ignore = "GPU benchmark: run with --ignored on the device machine"]
+fn bench_ring_stream() {
+    let Some(be) = backend_or_skip() else {
+        return;
+    };
+    let sms = be.sm_count() as usize;
+    let bar = be.probe_barrier_words().unwrap();
+    let mut sums = be.alloc(DType::U32, &[sms]).unwrap();
+    let modes = [(false, false), (true, false), (true, true)];
+
+    // Odd phase sizes: a few stages plus a word, shares shorter than a stage, an empty phase.
+    let sizes = [(3 * 3072 + 5) * 16, 7 * 16, 0, (65536 + 123) * 16, 16];
+    let words: usize = sizes.iter().sum::<usize>() / 4;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let host: Vec<u32> = (0..words)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 32) as u32
+        })
+        .collect();
+    let want = host.iter().fold(0u32, |a, &v| a.wrapping_add(v));
+    let w = be.upload_u32(&host, &[words]).unwrap();
+    let bounds = be
+        .upload_u32(&word_bounds(&sizes), &[sizes.len() + 1])
+        .unwrap();
+    for (stage, stages) in RINGS {
+        for (barriers, ahead) in modes {
+            be.probe_ring_stream(&w, &bounds, stage, stages, barriers, ahead, &bar, &mut sums)
+                .unwrap();
+            let got = be
+                .read_u32(&sums)
+                .unwrap()
+                .iter()
+                .fold(0u32, |a, &v| a.wrapping_add(v));
+            assert_eq!(
+                got, want,
+                "ring {stages} x {stage} B, barriers {barriers}, ahead {ahead}: the words read \
+                 sum to {got:#x}, the buffer to {want:#x}"
+            );
+        }
+    }
+
+    let layers = 32;
+    let sizes: Vec<usize> = (0..layers).flat_map(|_| Q4_0_8B_LAYER).collect();
+    let total: usize = sizes.iter().sum();
+    let w = be.alloc(DType::U32, &[total / 4]).unwrap();
+    let phased = be
+        .upload_u32(&word_bounds(&sizes), &[sizes.len() + 1])
+        .unwrap();
+    let whole = be.upload_u32(&word_bounds(&[total]), &[2]).unwrap();
+    let barrier_us = time_ms(&be, 2, 10, |_| {
+        be.probe_grid_barriers(sms, 1000, &bar).unwrap()
+    }) * 1e3
+        / 1000.0;
+    println!("\n==== summary: the 8B Q4_0 layer's bytes through a shared-memory ring ====");
+    println!("ring stream grid barrier ({sms} blocks of 128): {barrier_us:.2} us each");
+    for (stage, stages) in RINGS {
+        let runs = [
+            ("one phase", &whole, false, false),
+            ("phases", &phased, false, false),
+            ("barriers", &phased, true, false),
+            ("barr+ahead", &phased, true, true),
+        ];
+        for (what, bounds, barriers, ahead) in runs {
+            let ms = time_ms(&be, 3, 20, |_| {
+                be.probe_ring_stream(&w, bounds, stage, stages, barriers, ahead, &bar, &mut sums)
+                    .unwrap()
+            });
+            let tbps = total as f64 / (ms * 1e-3) / 1e12;
+            println!(
+                "ring stream {stages:2} x {:2} KiB {what:10}: {:6.1} us per layer, {tbps:5.2} TB/s, {:5.1}% of {ROOF_TBPS} TB/s",
+                stage / 1024,
+                ms * 1e3 / layers as f64,
+                100.0 * tbps / ROOF_TBPS
+            );
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "5411d5a831df2cc8290bf2953b3bf3d47dbebbcbb3562d7c9caf080aaf959af4";
+    "7b74c78169430636877282d054ace3f7a75c189edd58f1a21887d8ff0f40190e";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

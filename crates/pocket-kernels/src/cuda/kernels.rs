@@ -264,6 +264,9 @@ pub enum Kernel {
     /// The one-row GEMV's weight reads alone (`probe_read_rows`) or the same bytes read
     /// grid-stride (`probe_read_stream`, `true`), no arithmetic (kernels/persist_probe.cu).
     ProbeRead(bool),
+    /// A persistent byte stream through a shared-memory ring fed by bulk copies, phases split
+    /// by grid barriers (`probe_ring_stream`, kernels/persist_probe.cu).
+    ProbeRingStream,
     AddBias,
     AddAssign,
     SiluMul,
@@ -401,6 +404,7 @@ impl Kernel {
             Kernel::PersistFp8Chain(false) => (M::PersistProbe, "persist_fp8_chain_late"),
             Kernel::ProbeRead(false) => (M::PersistProbe, "probe_read_rows"),
             Kernel::ProbeRead(true) => (M::PersistProbe, "probe_read_stream"),
+            Kernel::ProbeRingStream => (M::PersistProbe, "probe_ring_stream"),
             Kernel::AddBias => (M::Elementwise, "add_bias"),
             Kernel::AddAssign => (M::Elementwise, "add_assign"),
             Kernel::SiluMul => (M::Elementwise, "silu_mul"),

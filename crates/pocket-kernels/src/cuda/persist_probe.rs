@@ -1,8 +1,10 @@
 //! Measurement probe for docs/architecture/persistent-decode.md (plan step 1; no model uses it):
 //! the cost of a grid-wide barrier, and chained one-row FP8 GEMVs in one persistent launch
 //! against the same GEMVs as separate launches (kernels/persist_probe.cu;
-//! tests/cuda_bench_persist.rs times both).
+//! tests/cuda_bench_persist.rs times both), and the byte stream such a kernel would read
+//! through a shared-memory ring with grid barriers between its phases (session 19).
 
+use cudarc::driver::sys::CUfunction_attribute;
 use pocket_quant::QuantFormat;
 
 use super::kernels::Kernel;
@@ -158,6 +160,77 @@ impl CudaBackend {
                 format!("{} weight (FP8 E4M3 128x128 only)", w.format),
             )),
         }
+    }
+
+    /// Streams the u32 words of `w` phase by phase in one persistent launch of one 256-thread
+    /// block per SM, each block reading its share of every phase through `stages` shared-memory
+    /// stages of `stage_bytes` filled by bulk copies (kernels/persist_probe.cu
+    /// `probe_ring_stream`); `bounds` (u32) holds the phases' limits in 16-byte words, ascending
+    /// from 0 to `w`'s size. `barriers`: a grid barrier between phases; `ahead`: the ring's loads
+    /// run on across it. Each block writes the wrapping sum of the words it read to `sums[block]`
+    /// (`sums`: u32, at least one per SM). sm_90 only. `bar`: [`Self::probe_barrier_words`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn probe_ring_stream(
+        &self,
+        w: &Tensor,
+        bounds: &Tensor,
+        stage_bytes: usize,
+        stages: usize,
+        barriers: bool,
+        ahead: bool,
+        bar: &Tensor,
+        sums: &mut Tensor,
+    ) -> Result<()> {
+        const OP: &str = "probe_ring_stream";
+        let blocks = self.sm_count() as usize;
+        let smem = stage_bytes * stages;
+        let phases = bounds.numel().saturating_sub(1);
+        if self.kernels.artifact != super::kernels::Artifact::Sm90Cubin {
+            return Err(shape_err(OP, "needs the sm_90 cubin (bulk copies)"));
+        }
+        if stage_bytes == 0
+            || !stage_bytes.is_multiple_of(16)
+            || !(1..=16).contains(&stages)
+            || smem > 227 * 1024
+            || phases == 0
+            || sums.numel() < blocks
+        {
+            return Err(shape_err(
+                OP,
+                format!(
+                    "{stages} stages of {stage_bytes} bytes, {phases} phases, {} sums: need \
+                     1..=16 stages of a multiple of 16 bytes, at most 227 KiB in all, at least \
+                     one phase and one sum per SM ({blocks})",
+                    sums.numel()
+                ),
+            ));
+        }
+        let f = self.kernels.get(Kernel::ProbeRingStream)?;
+        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, smem as i32)
+            .map_err(|e| shape_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
+        let pw = self.ptr_of(OP, "w", w, DType::U32)?;
+        let pbounds = self.ptr_of(OP, "bounds", bounds, DType::U32)?;
+        let bar = self.ptr_of(OP, "barrier", bar, DType::U32)?;
+        let psums = self.ptr_of(OP, "sums", sums, DType::U32)?;
+        let mode = barriers as i32 | (ahead as i32) << 1;
+        self.launch_smem(
+            OP,
+            Kernel::ProbeRingStream,
+            (blocks as u32, 1, 1),
+            256,
+            smem as u32,
+            args![
+                pw,
+                pbounds,
+                phases as i32,
+                stage_bytes as i32,
+                stages as i32,
+                mode,
+                bar,
+                psums
+            ],
+        )
     }
 
     /// The two u32 words of the persistent probes' grid barrier (count, generation), zeroed:

@@ -1,0 +1,7 @@
+# Session 19 device call 2: the 8B Q4_0 layer's byte stream through a shared-memory ring with grid
+# barriers between the GEMV-sized phases (tests/cuda_bench_persist.rs bench_ring_stream).
+set -u
+. scripts/device/probe_setup.sh
+echo "== ring stream $(date -u +%T)"
+timeout 240 bundle/bin/test-cuda_bench_persist --ignored --nocapture --exact bench_ring_stream 2>&1 | tee $BG_OUT/ring.log | tail -25
+echo "== end $(date -u +%T)"
