@@ -159,20 +159,27 @@ extern "C" __global__ void __launch_bounds__(256) probe_read_stream(const uint4*
 }
 
 // ---- A persistent stream through a shared-memory ring (session 19) ----------------------------
-// probe_ring_stream(w, bounds, phases, stage_bytes, stages, mode, bar, sums): one block per SM
-// reads its share of every phase of w in order (phase p is the 16-byte words [bounds[p],
-// bounds[p + 1]) of w, split evenly over the grid) through a ring of `stages` shared-memory
-// stages of `stage_bytes`, each filled by one `cp.async.bulk` that completes on the stage's
-// mbarrier, and sums the words it reads into sums[block] (wrapping u32; the test checks that every
-// word was read once). No arithmetic beyond the sum: the memory system's and the ring's time
-// for the byte stream a persistent decode layer would read (docs/architecture/persistent-decode.md).
+// probe_ring_stream(w, bounds, units, waves, stage_bytes, stages, mode, bar, ready, epoch, sums):
+// one block per SM reads its share of every unit of w in order (unit u is the 16-byte words
+// [bounds[u], bounds[u + 1]) of w, split evenly over the grid; `waves` consecutive units make
+// one phase, the bytes of one weight) through a ring of `stages` shared-memory stages of
+// `stage_bytes`, each filled by one `cp.async.bulk` that completes on the stage's mbarrier, and
+// sums the words it reads into sums[block] (wrapping u32; the test checks that every word was
+// read once). No arithmetic beyond the sum: the memory system's and the ring's time for the byte
+// stream a persistent decode layer would read (docs/architecture/persistent-decode.md).
 //  mode bit 0: a grid barrier between phases, where a GEMV phase waits for the previous one's
 //              output;
-//  mode bit 1: the ring's loads run ahead across that barrier (the next phase's first bytes are
-//              in flight while the block waits), else they start after it.
-// Launch: gridDim.x <= the SMs (every block resident: the barrier), RING_THREADS threads,
-// stages * stage_bytes bytes of dynamic shared memory, stage_bytes a multiple of 16, stages <=
-// RING_MAX_STAGES. sm_90 only (the bulk copies); elsewhere it writes nothing.
+//  mode bit 1: the ring's loads run ahead across phases (the next phase's first bytes are in
+//              flight while the block waits), else a phase's loads start when it does;
+//  mode bit 2: dataflow instead of a barrier. A phase's waves are its output rows in order and
+//              a unit's chunks its columns in order (weights laid out so, as an upload-time
+//              repack would), so chunk j of n of a unit of phase p needs the previous phase's
+//              waves up to (j + 1) * waves / n: the block waits until every block has counted
+//              that unit done in ready[] (ready[u] reaches epoch * gridDim.x; the counters
+//              start at zero and each launch passes the next epoch).
+// Launch: gridDim.x <= the SMs (every block resident: the barrier and the waits), RING_THREADS
+// threads, stages * stage_bytes bytes of dynamic shared memory, stage_bytes a multiple of 16,
+// stages <= RING_MAX_STAGES. sm_90 only (the bulk copies); elsewhere it writes nothing.
 #define RING_THREADS 256
 #define RING_MAX_STAGES 16
 
@@ -199,13 +206,19 @@ DEVI void ring_wait(uint32_t mbar, uint32_t parity) {
     }
 }
 
+DEVI unsigned long long globaltimer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 DEVI unsigned warp_sum_u32(unsigned v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-// This block's words [begin, end) of phase p.
+// This block's words [begin, end) of unit p.
 DEVI void ring_share(const unsigned* bounds, int p, long long& begin, long long& end) {
     const long long lo = bounds[p], n = (long long)bounds[p + 1] - lo;
     const long long per = (n + gridDim.x - 1) / gridDim.x;
@@ -215,8 +228,9 @@ DEVI void ring_share(const unsigned* bounds, int p, long long& begin, long long&
 #endif
 
 extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
-    probe_ring_stream(const uint4* w, const unsigned* bounds, int phases, int stage_bytes,
-                      int stages, int mode, unsigned* bar, unsigned* sums) {
+    probe_ring_stream(const uint4* w, const unsigned* bounds, int units, int waves,
+                      int stage_bytes, int stages, int mode, unsigned* bar, unsigned* ready,
+                      unsigned epoch, unsigned* sums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint4 ring[];
     __shared__ __align__(8) uint64_t full[RING_MAX_STAGES];
@@ -230,19 +244,19 @@ extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    // The producer (thread 0): the next chunk to load (phase pp, word poff of [.., pend)) and the
+    // The producer (thread 0): the next chunk to load (unit pp, word poff of [.., pend)) and the
     // number of chunks issued; every thread counts the chunks consumed.
     int pp = 0;
     long long poff = 0, pend = 0;
     long long issued = 0, consumed = 0;
     if (tid == 0) ring_share(bounds, 0, poff, pend);
-    // Issues chunks while a stage is free and the next chunk's phase may start (`limit`).
+    // Issues chunks while a stage is free and the next chunk's unit is at most `limit`.
     auto refill = [&](int limit) {
         while (issued - consumed < stages) {
-            while (poff >= pend && pp < phases) {
-                if (++pp < phases) ring_share(bounds, pp, poff, pend);
+            while (poff >= pend && pp < units) {
+                if (++pp < units) ring_share(bounds, pp, poff, pend);
             }
-            if (pp >= phases || pp > limit) return;
+            if (pp >= units || pp > limit) return;
             const long long n = min(stage_words, pend - poff);
             const int s = (int)(issued % stages);
             ring_issue(ring0 + (uint32_t)(s * stage_bytes), w + poff, (uint32_t)(n * 16),
@@ -251,17 +265,39 @@ extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
             issued++;
         }
     };
-    const bool ahead = mode & 2;
-    if (tid == 0) refill(ahead ? phases : 0);
+    const bool ahead = mode & 2, dataflow = mode & 4;
+    const unsigned target = epoch * gridDim.x;
+    if (tid == 0) refill(ahead ? units : waves - 1);
     unsigned acc = 0u;
-    for (int p = 0; p < phases; p++) {
-        if (p > 0) {
+    int satisfied = -1;  // every unit up to this one is known done on every block (dataflow)
+    for (int u = 0; u < units; u++) {
+        const int p = u / waves;
+        const int limit = ahead ? units : (p + 1) * waves - 1;
+        if (u > 0 && u % waves == 0) {
             if (mode & 1) grid_barrier(bar);
-            if (tid == 0 && !ahead) refill(p);
+            if (tid == 0) refill(limit);
         }
         long long begin, end;
-        ring_share(bounds, p, begin, end);
-        for (long long off = begin; off < end; off += stage_words) {
+        ring_share(bounds, u, begin, end);
+        const long long chunks = (end - begin + stage_words - 1) / stage_words;
+        long long j = 0;
+        for (long long off = begin; off < end; off += stage_words, j++) {
+            if (dataflow && p > 0) {
+                const long long last = min((long long)waves - 1, ((j + 1) * waves - 1) / chunks);
+                const int need = (p - 1) * waves + (int)last;
+                if (need > satisfied) {
+                    if (tid == 0) {
+                        // A wait that cannot end (a caller's epoch or ready words wrong) fails
+                        // the launch after 0.2 s instead of hanging it.
+                        const unsigned long long t0 = globaltimer_ns();
+                        while ((int)(ld_acquire_u32(ready + need) - target) < 0) {
+                            if (globaltimer_ns() - t0 > 200000000ull) __trap();
+                        }
+                    }
+                    __syncthreads();
+                    satisfied = need;
+                }
+            }
             const long long n = min(stage_words, end - off);
             const int s = (int)(consumed % stages);
             ring_wait(full0 + 8 * s, (uint32_t)((consumed / stages) & 1));
@@ -272,7 +308,12 @@ extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
             }
             __syncthreads();  // every thread is done with stage s
             consumed++;
-            if (tid == 0) refill(ahead ? phases : p);
+            if (tid == 0) refill(limit);
+        }
+        // The unit's reads all precede this (the __syncthreads above); publish it.
+        if (dataflow && tid == 0) {
+            __threadfence();
+            atomicAdd(ready + u, 1u);
         }
     }
     acc = warp_sum_u32(acc);

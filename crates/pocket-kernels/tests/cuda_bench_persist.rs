@@ -9,6 +9,7 @@
 //! forms are first checked against the launched GEMVs on one layer.
 #![cfg(feature = "cuda")]
 
+use pocket_kernels::cuda::RingProbe;
 use pocket_kernels::{Backend, DType, HostBytes, Weight};
 use pocket_quant::QuantFormat;
 
@@ -233,12 +234,16 @@ const Q4_0_8B_LAYER: [usize; 4] = [
     4096 * 14336 / 32 * 18,
 ];
 
-/// Phase limits in 16-byte words from phase sizes in bytes (each a multiple of 16).
-fn word_bounds(sizes: &[usize]) -> Vec<u32> {
+/// Unit limits in 16-byte words: each phase (a size in bytes, a multiple of 16) split into
+/// `waves` units.
+fn unit_bounds(sizes: &[usize], waves: usize) -> Vec<u32> {
     let mut b = vec![0u32];
     for s in sizes {
         assert!(s.is_multiple_of(16), "phase of {s} bytes");
-        b.push(b.last().unwrap() + u32::try_from(s / 16).unwrap());
+        let (lo, n) = (*b.last().unwrap() as usize, s / 16);
+        for w in 1..=waves {
+            b.push(u32::try_from(lo + n * w / waves).unwrap());
+        }
     }
     b
 }
@@ -246,13 +251,32 @@ fn word_bounds(sizes: &[usize]) -> Vec<u32> {
 /// Ring shapes measured: (bytes per stage, stages).
 const RINGS: [(usize, usize); 3] = [(49152, 4), (32768, 6), (16384, 12)];
 
+/// A ring read: `waves` units per phase, barriers, run-ahead, dataflow.
+fn ring(
+    (stage_bytes, stages): (usize, usize),
+    waves: usize,
+    barriers: bool,
+    ahead: bool,
+    dataflow: bool,
+) -> RingProbe {
+    RingProbe {
+        stage_bytes,
+        stages,
+        waves,
+        barriers,
+        ahead,
+        dataflow_epoch: dataflow.then_some(0),
+    }
+}
+
 /// The byte stream a persistent decode layer would read (docs/architecture/persistent-decode.md,
 /// session 19): `probe_ring_stream` over the 8B Q4_0 layer's four weights x 32 layers (3.9 GB),
 /// each block's share read through a shared-memory ring fed by bulk copies, against the same
-/// bytes as one phase (no barriers). Look for: whether the stream keeps near the copy bandwidth
-/// with a grid barrier between every two GEMV-sized phases when the ring's loads run on across
-/// the barriers (`ahead`), i.e. whether a persistent layer could hide its boundaries at all. The
-/// launched GEMV-only step (session 19, call 1) took 40.0 us per layer against 28.7 at 4.26 TB/s.
+/// bytes as one phase (no synchronization). Look for: whether the stream keeps near its one-phase
+/// rate when each GEMV-sized phase waits for the previous one, by a grid barrier (with the ring's
+/// loads running on across it or not) or by dataflow waits on the previous phase's waves of
+/// output rows, i.e. whether a persistent layer could hide its boundaries at all. The launched
+/// GEMV-only step (session 19, call 1) took 40.0 us per layer against 28.8 at 4.26 TB/s.
 /// First, every mode on small odd phases: each word read exactly once (the sums).
 #[test]
 #[ignore = "GPU benchmark: run with --ignored on the device machine"]
@@ -263,7 +287,26 @@ fn bench_ring_stream() {
     let sms = be.sm_count() as usize;
     let bar = be.probe_barrier_words().unwrap();
     let mut sums = be.alloc(DType::U32, &[sms]).unwrap();
-    let modes = [(false, false), (true, false), (true, true)];
+    // One launch of `r`; a dataflow launch takes the next epoch of its `ready` words, which
+    // must serve launches over the same units only (each launch counts every unit once).
+    let launch = |w: &pocket_kernels::Tensor,
+                  bounds: &pocket_kernels::Tensor,
+                  r: &RingProbe,
+                  (ready, epoch): (&pocket_kernels::Tensor, &mut u32),
+                  sums: &mut pocket_kernels::Tensor| {
+        let mut r = *r;
+        if r.dataflow_epoch.is_some() {
+            *epoch += 1;
+            r.dataflow_epoch = Some(*epoch);
+        }
+        be.probe_ring_stream(w, bounds, &r, &bar, ready, sums)
+            .unwrap()
+    };
+    // Zeroed ready words for the units of `bounds`.
+    let fresh_ready = |bounds: &[u32]| {
+        be.upload_u32(&vec![0u32; bounds.len()], &[bounds.len()])
+            .unwrap()
+    };
 
     // Odd phase sizes: a few stages plus a word, shares shorter than a stage, an empty phase.
     let sizes = [(3 * 3072 + 5) * 16, 7 * 16, 0, (65536 + 123) * 16, 16];
@@ -279,13 +322,22 @@ fn bench_ring_stream() {
         .collect();
     let want = host.iter().fold(0u32, |a, &v| a.wrapping_add(v));
     let w = be.upload_u32(&host, &[words]).unwrap();
-    let bounds = be
-        .upload_u32(&word_bounds(&sizes), &[sizes.len() + 1])
-        .unwrap();
-    for (stage, stages) in RINGS {
-        for (barriers, ahead) in modes {
-            be.probe_ring_stream(&w, &bounds, stage, stages, barriers, ahead, &bar, &mut sums)
-                .unwrap();
+    let modes = [
+        (1, false, false, false),
+        (1, true, false, false),
+        (1, true, true, false),
+        (3, true, false, false),
+        (3, false, false, false),
+        (1, false, true, true),
+        (4, false, true, true),
+    ];
+    for shape in RINGS {
+        for (waves, barriers, ahead, dataflow) in modes {
+            let r = ring(shape, waves, barriers, ahead, dataflow);
+            let b = unit_bounds(&sizes, waves);
+            let bounds = be.upload_u32(&b, &[b.len()]).unwrap();
+            let (ready, mut epoch) = (fresh_ready(&b), 0);
+            launch(&w, &bounds, &r, (&ready, &mut epoch), &mut sums);
             let got = be
                 .read_u32(&sums)
                 .unwrap()
@@ -293,8 +345,7 @@ fn bench_ring_stream() {
                 .fold(0u32, |a, &v| a.wrapping_add(v));
             assert_eq!(
                 got, want,
-                "ring {stages} x {stage} B, barriers {barriers}, ahead {ahead}: the words read \
-                 sum to {got:#x}, the buffer to {want:#x}"
+                "{r:?}: the words read sum to {got:#x}, the buffer to {want:#x}"
             );
         }
     }
@@ -303,32 +354,40 @@ fn bench_ring_stream() {
     let sizes: Vec<usize> = (0..layers).flat_map(|_| Q4_0_8B_LAYER).collect();
     let total: usize = sizes.iter().sum();
     let w = be.alloc(DType::U32, &[total / 4]).unwrap();
-    let phased = be
-        .upload_u32(&word_bounds(&sizes), &[sizes.len() + 1])
-        .unwrap();
-    let whole = be.upload_u32(&word_bounds(&[total]), &[2]).unwrap();
     let barrier_us = time_ms(&be, 2, 10, |_| {
         be.probe_grid_barriers(sms, 1000, &bar).unwrap()
     }) * 1e3
         / 1000.0;
     println!("\n==== summary: the 8B Q4_0 layer's bytes through a shared-memory ring ====");
     println!("ring stream grid barrier ({sms} blocks of 128): {barrier_us:.2} us each");
-    for (stage, stages) in RINGS {
+    for shape in RINGS {
         let runs = [
-            ("one phase", &whole, false, false),
-            ("phases", &phased, false, false),
-            ("barriers", &phased, true, false),
-            ("barr+ahead", &phased, true, true),
+            ("one phase", 0, false, false, false),
+            ("phases", 1, false, false, false),
+            ("barriers", 1, true, false, false),
+            ("barr+ahead", 1, true, true, false),
+            ("dataflow 1", 1, false, true, true),
+            ("dataflow 4", 4, false, true, true),
+            ("dataflow 8", 8, false, true, true),
+            ("dataflow 16", 16, false, true, true),
         ];
-        for (what, bounds, barriers, ahead) in runs {
+        for (what, waves, barriers, ahead, dataflow) in runs {
+            let b = if waves == 0 {
+                unit_bounds(&[total], 1)
+            } else {
+                unit_bounds(&sizes, waves)
+            };
+            let bounds = be.upload_u32(&b, &[b.len()]).unwrap();
+            let r = ring(shape, waves.max(1), barriers, ahead, dataflow);
+            let (ready, mut epoch) = (fresh_ready(&b), 0);
             let ms = time_ms(&be, 3, 20, |_| {
-                be.probe_ring_stream(&w, bounds, stage, stages, barriers, ahead, &bar, &mut sums)
-                    .unwrap()
+                launch(&w, &bounds, &r, (&ready, &mut epoch), &mut sums)
             });
             let tbps = total as f64 / (ms * 1e-3) / 1e12;
             println!(
-                "ring stream {stages:2} x {:2} KiB {what:10}: {:6.1} us per layer, {tbps:5.2} TB/s, {:5.1}% of {ROOF_TBPS} TB/s",
-                stage / 1024,
+                "ring stream {:2} x {:2} KiB {what:11}: {:6.1} us per layer, {tbps:5.2} TB/s, {:5.1}% of {ROOF_TBPS} TB/s",
+                shape.1,
+                shape.0 / 1024,
                 ms * 1e3 / layers as f64,
                 100.0 * tbps / ROOF_TBPS
             );

@@ -3,7 +3,7 @@
 
 /// Hash over every `kernels/*.cu[h]` these artifacts were built from.
 pub const SOURCE_SET_HASH: &str =
-    "7b74c78169430636877282d054ace3f7a75c189edd58f1a21887d8ff0f40190e";
+    "5a77965cae2acca3009122ac92dd183731fecba2a1202da67ab67b2744d0fdde";
 
 /// One compiled kernel module (one `kernels/<name>.cu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

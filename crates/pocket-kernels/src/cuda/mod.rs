@@ -36,6 +36,7 @@ mod matmul_fp8;
 pub mod memory;
 mod ops;
 mod persist_probe;
+pub use persist_probe::RingProbe;
 mod qkv_rope;
 mod recurrent;
 mod repack;

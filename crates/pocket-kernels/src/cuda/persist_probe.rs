@@ -162,46 +162,48 @@ impl CudaBackend {
         }
     }
 
-    /// Streams the u32 words of `w` phase by phase in one persistent launch of one 256-thread
-    /// block per SM, each block reading its share of every phase through `stages` shared-memory
-    /// stages of `stage_bytes` filled by bulk copies (kernels/persist_probe.cu
-    /// `probe_ring_stream`); `bounds` (u32) holds the phases' limits in 16-byte words, ascending
-    /// from 0 to `w`'s size. `barriers`: a grid barrier between phases; `ahead`: the ring's loads
-    /// run on across it. Each block writes the wrapping sum of the words it read to `sums[block]`
-    /// (`sums`: u32, at least one per SM). sm_90 only. `bar`: [`Self::probe_barrier_words`].
-    #[allow(clippy::too_many_arguments)]
+    /// Streams the u32 words of `w` unit by unit in one persistent launch of one 256-thread
+    /// block per SM, each block reading its share of every unit through a ring of shared-memory
+    /// stages filled by bulk copies (kernels/persist_probe.cu `probe_ring_stream`, which says
+    /// what the modes model); `bounds` (u32) holds the units' limits in 16-byte words, ascending
+    /// from 0, `ring.waves` consecutive units making one phase. Each block writes the wrapping
+    /// sum of the words it read to `sums[block]` (`sums`: u32, at least one per SM). sm_90 only.
+    /// `bar`: [`Self::probe_barrier_words`]; `ready`: one u32 per unit, zeroed once, for
+    /// `ring.epoch` (the dataflow mode).
     pub fn probe_ring_stream(
         &self,
         w: &Tensor,
         bounds: &Tensor,
-        stage_bytes: usize,
-        stages: usize,
-        barriers: bool,
-        ahead: bool,
+        ring: &RingProbe,
         bar: &Tensor,
+        ready: &Tensor,
         sums: &mut Tensor,
     ) -> Result<()> {
         const OP: &str = "probe_ring_stream";
         let blocks = self.sm_count() as usize;
-        let smem = stage_bytes * stages;
-        let phases = bounds.numel().saturating_sub(1);
+        let smem = ring.stage_bytes * ring.stages;
+        let units = bounds.numel().saturating_sub(1);
         if self.kernels.artifact != super::kernels::Artifact::Sm90Cubin {
             return Err(shape_err(OP, "needs the sm_90 cubin (bulk copies)"));
         }
-        if stage_bytes == 0
-            || !stage_bytes.is_multiple_of(16)
-            || !(1..=16).contains(&stages)
-            || smem > 227 * 1024
-            || phases == 0
-            || sums.numel() < blocks
-        {
+        let fits = ring.stage_bytes > 0
+            && ring.stage_bytes.is_multiple_of(16)
+            && (1..=16).contains(&ring.stages)
+            && smem <= 227 * 1024
+            && ring.waves > 0
+            && units > 0
+            && units.is_multiple_of(ring.waves)
+            && sums.numel() >= blocks
+            && ready.numel() >= units;
+        if !fits {
             return Err(shape_err(
                 OP,
                 format!(
-                    "{stages} stages of {stage_bytes} bytes, {phases} phases, {} sums: need \
-                     1..=16 stages of a multiple of 16 bytes, at most 227 KiB in all, at least \
-                     one phase and one sum per SM ({blocks})",
-                    sums.numel()
+                    "{ring:?} over {units} units, {} sums, {} ready words: need 1..=16 stages \
+                     of a multiple of 16 bytes, at most 227 KiB in all, whole phases of \
+                     `waves` units, one sum per SM ({blocks}) and one ready word per unit",
+                    sums.numel(),
+                    ready.numel()
                 ),
             ));
         }
@@ -212,8 +214,11 @@ impl CudaBackend {
         let pw = self.ptr_of(OP, "w", w, DType::U32)?;
         let pbounds = self.ptr_of(OP, "bounds", bounds, DType::U32)?;
         let bar = self.ptr_of(OP, "barrier", bar, DType::U32)?;
+        let pready = self.ptr_of(OP, "ready", ready, DType::U32)?;
         let psums = self.ptr_of(OP, "sums", sums, DType::U32)?;
-        let mode = barriers as i32 | (ahead as i32) << 1;
+        let mode = ring.barriers as i32
+            | (ring.ahead as i32) << 1
+            | (ring.dataflow_epoch.is_some() as i32) << 2;
         self.launch_smem(
             OP,
             Kernel::ProbeRingStream,
@@ -223,11 +228,14 @@ impl CudaBackend {
             args![
                 pw,
                 pbounds,
-                phases as i32,
-                stage_bytes as i32,
-                stages as i32,
+                units as i32,
+                ring.waves as i32,
+                ring.stage_bytes as i32,
+                ring.stages as i32,
                 mode,
                 bar,
+                pready,
+                ring.dataflow_epoch.unwrap_or(0),
                 psums
             ],
         )
@@ -239,4 +247,22 @@ impl CudaBackend {
     pub fn probe_barrier_words(&self) -> Result<Tensor> {
         crate::Backend::upload_u32(self, &[0, 0], &[2])
     }
+}
+
+/// How [`CudaBackend::probe_ring_stream`] reads: the ring and what separates the phases.
+#[derive(Clone, Copy, Debug)]
+pub struct RingProbe {
+    /// Bytes of one ring stage (one bulk copy), a multiple of 16.
+    pub stage_bytes: usize,
+    /// Stages in the ring, 1..=16.
+    pub stages: usize,
+    /// Units per phase (the waves of output rows of one weight).
+    pub waves: usize,
+    /// A grid barrier between phases.
+    pub barriers: bool,
+    /// The ring's loads run on into later phases.
+    pub ahead: bool,
+    /// Dataflow waits on the previous phase's waves instead of barriers: the launch's epoch
+    /// (1 for the first launch over zeroed ready words, then 2, 3, ...).
+    pub dataflow_epoch: Option<u32>,
 }
