@@ -5,8 +5,6 @@
 
 use super::switch::EnvChoice;
 
-use cudarc::driver::sys::CUfunction_attribute;
-
 use super::kernels::{Artifact, CacheType, Kernel};
 use super::CudaBackend;
 use crate::error::shape_err;
@@ -212,9 +210,7 @@ pub(crate) fn launch_if_wanted(
         ),
         None => (Kernel::AttnPrefill(ct, dim), dim.smem_bytes(), 128),
     };
-    let f = be.kernels.get(k)?;
-    let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    if f.set_attribute(attr, smem as i32).is_err() {
+    if !be.allow_dynamic_smem(k, smem)? {
         return Ok(false); // this GPU has less shared memory per block
     }
     let group = p.num_heads / p.num_kv_heads;

@@ -265,7 +265,7 @@ pub enum Kernel {
     /// grid-stride (`probe_read_stream`, `true`), no arithmetic (kernels/persist_probe.cu).
     ProbeRead(bool),
     /// A persistent byte stream through a shared-memory ring fed by bulk copies, phases split
-    /// by grid barriers (`probe_ring_stream`, kernels/persist_probe.cu).
+    /// by grid barriers or dataflow waits (`probe_ring_stream`, kernels/persist_probe.cu).
     ProbeRingStream,
     AddBias,
     AddAssign,

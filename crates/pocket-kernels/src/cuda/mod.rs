@@ -438,6 +438,14 @@ impl CudaBackend {
             .map_err(|e| memory::cuda_err(op, e))
     }
 
+    /// Raises kernel `k`'s dynamic shared memory limit to `bytes`; false where the GPU has less
+    /// per block (the caller then takes a path that needs less).
+    pub(crate) fn allow_dynamic_smem(&self, k: Kernel, bytes: usize) -> Result<bool> {
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        Ok(self.kernels.get(k)?.set_attribute(attr, bytes).is_ok())
+    }
+
     /// Launches kernel `k` for `op`; errors name both, plus the grid.
     pub(crate) fn launch(
         &self,

@@ -4,7 +4,6 @@
 //! tests/cuda_bench_persist.rs times both), and the byte stream such a kernel would read
 //! through a shared-memory ring with grid barriers between its phases (session 19).
 
-use cudarc::driver::sys::CUfunction_attribute;
 use pocket_quant::QuantFormat;
 
 use super::kernels::Kernel;
@@ -168,8 +167,8 @@ impl CudaBackend {
     /// what the modes model); `bounds` (u32) holds the units' limits in 16-byte words, ascending
     /// from 0, `ring.waves` consecutive units making one phase. Each block writes the wrapping
     /// sum of the words it read to `sums[block]` (`sums`: u32, at least one per SM). sm_90 only.
-    /// `bar`: [`Self::probe_barrier_words`]; `ready`: one u32 per unit, zeroed once, for
-    /// `ring.epoch` (the dataflow mode).
+    /// `bar`: [`Self::probe_barrier_words`]; `ready`: one u32 per unit, zeroed once, read with
+    /// `ring.dataflow_epoch` (the dataflow mode; every launch over it must have the same units).
     pub fn probe_ring_stream(
         &self,
         w: &Tensor,
@@ -207,10 +206,12 @@ impl CudaBackend {
                 ),
             ));
         }
-        let f = self.kernels.get(Kernel::ProbeRingStream)?;
-        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(attr, smem as i32)
-            .map_err(|e| shape_err(OP, format!("{smem} bytes of shared memory: {e}")))?;
+        if !self.allow_dynamic_smem(Kernel::ProbeRingStream, smem)? {
+            return Err(shape_err(
+                OP,
+                format!("this GPU refuses {smem} bytes of shared memory"),
+            ));
+        }
         let pw = self.ptr_of(OP, "w", w, DType::U32)?;
         let pbounds = self.ptr_of(OP, "bounds", bounds, DType::U32)?;
         let bar = self.ptr_of(OP, "barrier", bar, DType::U32)?;

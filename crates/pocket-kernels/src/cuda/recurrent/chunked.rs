@@ -3,8 +3,6 @@
 //! across chunks), see kernels/deltanet.cu. Long batches run in pieces of chunks so the per-chunk
 //! scratch stays bounded; the state written by one piece is the next piece's input.
 
-use cudarc::driver::sys::CUfunction_attribute;
-
 use super::super::kernels::Kernel;
 use super::super::CudaBackend;
 use super::{check_meta, grid_seqs};
@@ -59,13 +57,6 @@ fn item_floats(ldk: usize, ldv: usize) -> usize {
     CHUNK * (3 * ldk + ldv + CHUNK) + 4
 }
 
-/// Raises `k`'s dynamic shared memory limit to `bytes`; false where the GPU has less.
-fn allow_smem(be: &CudaBackend, k: Kernel, bytes: usize) -> Result<bool> {
-    let f = be.kernels.get(k)?;
-    let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    Ok(f.set_attribute(attr, bytes as i32).is_ok())
-}
-
 /// Runs the chunked form; `None` when this GPU cannot give the kernels their shared memory (the
 /// caller scans instead). Shapes were checked by the caller (`check_delta_rule`).
 #[allow(clippy::too_many_arguments)]
@@ -88,8 +79,8 @@ pub(crate) fn delta_rule_chunked(
     // The state slab [ldk][32], one staged [64][ldk] operand, P [64][64], vn [64][32].
     let scan_smem = (ldk * 32 + CHUNK * ldk + CHUNK * CHUNK + CHUNK * 32) * 4;
     match (
-        allow_smem(be, Kernel::DeltaChunkPrep, prep_smem),
-        allow_smem(be, Kernel::DeltaChunkScan, scan_smem),
+        be.allow_dynamic_smem(Kernel::DeltaChunkPrep, prep_smem),
+        be.allow_dynamic_smem(Kernel::DeltaChunkScan, scan_smem),
     ) {
         (Ok(true), Ok(true)) => {}
         (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
